@@ -1,0 +1,280 @@
+"""The one typed config tree of a run, loaded from YAML plus `key.sub=value` overrides.
+
+OmegaConf does the parsing, merging and per-field type checks (unknown keys and wrong types fail
+with the field's full name); `validate` adds the cross-field rules. Each component receives only
+its own section. Derived values (training steps, world size) are properties, never stored twice.
+This module knows no model, tensor or process group.
+
+Field names follow open-instruct's `grpo_fast.py` where it has one. One deliberate difference:
+`num_mini_batches` splits a step's batch into gradient-accumulation micro-steps of a single
+optimizer step (so the gradient does not depend on it); `num_epochs` gives several optimizer steps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from omegaconf import MISSING, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+
+class ConfigError(ValueError):
+    """A config that cannot work; the message names the offending field(s)."""
+
+
+@dataclass
+class ExperimentConfig:
+    name: str = "rlvr"
+    seed: int = 1  # seeds python, numpy, torch and the engine's sampler
+    output_dir: str = "runs/rlvr"  # metrics.jsonl, config.yaml, checkpoints go here
+    total_episodes: int = 256  # samples (prompt x completion) to train on; sets the step count
+
+
+@dataclass
+class ModelConfig:
+    name_or_path: str = "tiny-llama"  # built-in name, local HF directory, or hub id (online only)
+    dtype: str = "float32"  # learner weights: float32 | bfloat16
+    bf16_autocast: bool = False  # bf16 matmuls with fp32 weights (about 4x faster on this CPU)
+    num_threads: int = 0  # torch intra-op threads; 0 keeps torch's default
+    gradient_checkpointing: bool = False
+
+
+@dataclass
+class DataSourceConfig:
+    name: str = MISSING  # built-in name (gsm8k, math, math500, addition, ...) or a file path
+    weight: float = 1.0  # relative sampling weight in the mixture
+    split: str = "train"  # for built-ins and `datasets`
+    messages_field: str = "messages"
+    prompt_field: str = "prompt"  # used when a row has no messages
+    ground_truth_field: str = "ground_truth"
+    verifier_field: str = "dataset"  # open-instruct keeps the verifier name in `dataset`
+    verifier: Optional[str] = None  # verifier for rows that do not name one
+    max_rows: Optional[int] = None
+
+
+@dataclass
+class DataConfig:
+    train: list[DataSourceConfig] = field(
+        default_factory=lambda: [DataSourceConfig(name="addition")]
+    )
+    eval: list[DataSourceConfig] = field(default_factory=list)  # empty: hold out from train
+    eval_holdout: int = 32  # rows held out of the train mixture when `eval` is empty
+    max_prompt_length: int = 256  # longer prompts are dropped and counted
+    system_prompt: Optional[str] = None
+    shuffle: bool = True
+    on_bad_row: str = "error"  # error | skip
+
+
+@dataclass
+class RolloutConfig:
+    engine: str = "transformers"
+    num_unique_prompts_rollout: int = 8
+    num_samples_per_prompt_rollout: int = 4
+    response_length: int = 64
+    temperature: float = 1.0
+    top_p: float = 1.0
+    stop_strings: list[str] = field(default_factory=list)
+    dtype: str = "float32"  # engine's own copy of the weights: float32 | bfloat16
+    max_batch_rows: int = 256  # sequences decoded together
+
+
+@dataclass
+class AlgorithmConfig:
+    loss_fn: str = "dapo"  # a registered policy loss
+    advantage_normalization_type: str = "standard"  # standard | centered
+    beta: float = 0.0  # KL coefficient; 0 loads no reference model
+    kl_estimator: int = 2  # 0: d, 1: d^2/2, 2: expm1(-d)+d, 3: ratio*d, d = logp - logp_ref
+    load_ref_policy: bool = True  # must be true when beta > 0
+    clip_lower: float = 0.2
+    clip_higher: float = 0.2
+    filter_zero_std_samples: bool = True
+    loss_denominator: Optional[float] = None  # None: total response tokens; a number: Dr.GRPO
+    non_stop_penalty: bool = False
+    non_stop_penalty_value: float = 0.0  # reward of a truncated completion when penalised
+    num_mini_batches: int = 1  # gradient-accumulation micro-steps per optimizer step
+    num_epochs: int = 1  # optimizer steps over the same batch
+    pack_length: int = 1024
+
+
+@dataclass
+class OptimizerConfig:
+    learning_rate: float = 1e-6
+    lr_scheduler_type: str = "constant"  # linear | cosine | constant | constant_with_warmup
+    warm_up_steps: int = 0
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    adam_eps: float = 1e-8
+
+
+@dataclass
+class DistributedConfig:
+    num_learners_per_node: list[int] = field(default_factory=lambda: [1])
+
+
+@dataclass
+class CheckpointConfig:
+    save_freq: int = 0  # steps between model saves; 0: only the final model
+    keep_last_n_checkpoints: int = 3  # -1 keeps all
+    save_final: bool = True
+
+
+@dataclass
+class EvalConfig:
+    local_eval_every: int = 0  # steps between evals; 0 disables in-loop eval
+    eval_at_start: bool = True  # score the untrained model first, as the baseline
+    temperature: float = 0.0  # 0: greedy
+    max_prompts: int = 64
+
+
+@dataclass
+class LoggingConfig:
+    with_tracking: bool = False  # TensorBoard and W&B
+    wandb_project: str = "rlvr"
+    wandb_mode: str = "offline"
+    progress_bar: bool = True
+    peak_flops: Optional[float] = None  # for MFU; None picks a figure for the device and dtype
+
+
+@dataclass
+class Config:
+    experiment: ExperimentConfig = field(default_factory=ExperimentConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+
+    @property
+    def samples_per_step(self) -> int:
+        return self.rollout.num_unique_prompts_rollout * self.rollout.num_samples_per_prompt_rollout
+
+    @property
+    def num_training_steps(self) -> int:
+        return self.experiment.total_episodes // self.samples_per_step
+
+    @property
+    def world_size(self) -> int:
+        return sum(self.distributed.num_learners_per_node)
+
+
+def load_config(path: str | Path | None, overrides: list[str] = ()) -> Config:
+    """YAML file (optional) merged over the defaults, then `a.b=c` overrides; validated."""
+    try:
+        merged = OmegaConf.structured(Config)
+        if path is not None:
+            merged = OmegaConf.merge(merged, OmegaConf.load(path))
+        if overrides:
+            _check_override_syntax(overrides)
+            merged = OmegaConf.merge(merged, OmegaConf.from_dotlist(list(overrides)))
+        cfg = OmegaConf.to_object(merged)
+    except OmegaConfBaseException as e:
+        where = f" in {path}" if path else ""
+        key = getattr(e, "full_key", None)
+        raise ConfigError(f"config field '{key}'{where}: {_first_line(e)}") from None
+    assert isinstance(cfg, Config)
+    validate(cfg)
+    return cfg
+
+
+def to_yaml(cfg: Config) -> str:
+    return OmegaConf.to_yaml(OmegaConf.structured(cfg))
+
+
+def to_dict(cfg: Config) -> dict[str, Any]:
+    return OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)  # type: ignore[return-value]
+
+
+def _check_override_syntax(overrides: list[str]) -> None:
+    for item in overrides:
+        if "=" not in item or item.startswith("="):
+            raise ConfigError(f"override '{item}' is not of the form key.sub=value")
+
+
+def _first_line(e: Exception) -> str:
+    return str(e).strip().splitlines()[0]
+
+
+def _choice(errors: list[str], name: str, value: object, allowed: set | list) -> None:
+    if value not in allowed:
+        errors.append(f"{name}={value!r} is not one of {sorted(allowed)}")
+
+
+def validate(cfg: Config) -> None:
+    """Cross-field rules. Collects every problem, then fails once naming all the fields."""
+    from rlvr.algorithm.losses import POLICY_LOSSES
+    from rlvr.algorithm.advantages import ADVANTAGE_NORMALIZATIONS
+    from rlvr.learner.schedule import SCHEDULES
+    from rlvr.rollout import ENGINES
+
+    errors: list[str] = []
+    e, r, a, o = cfg.experiment, cfg.rollout, cfg.algorithm, cfg.optimizer
+    _choice(errors, "algorithm.loss_fn", a.loss_fn, set(POLICY_LOSSES))
+    _choice(errors, "algorithm.advantage_normalization_type", a.advantage_normalization_type,
+            set(ADVANTAGE_NORMALIZATIONS))
+    _choice(errors, "algorithm.kl_estimator", a.kl_estimator, {0, 1, 2, 3})
+    _choice(errors, "optimizer.lr_scheduler_type", o.lr_scheduler_type, set(SCHEDULES))
+    _choice(errors, "rollout.engine", r.engine, set(ENGINES))
+    _choice(errors, "model.dtype", cfg.model.dtype, {"float32", "bfloat16"})
+    _choice(errors, "rollout.dtype", r.dtype, {"float32", "bfloat16"})
+    _choice(errors, "data.on_bad_row", cfg.data.on_bad_row, {"error", "skip"})
+    _choice(errors, "logging.wandb_mode", cfg.logging.wandb_mode, {"online", "offline", "disabled"})
+    positive = {
+        "experiment.total_episodes": e.total_episodes,
+        "rollout.num_unique_prompts_rollout": r.num_unique_prompts_rollout,
+        "rollout.num_samples_per_prompt_rollout": r.num_samples_per_prompt_rollout,
+        "rollout.response_length": r.response_length,
+        "rollout.max_batch_rows": r.max_batch_rows,
+        "algorithm.num_mini_batches": a.num_mini_batches,
+        "algorithm.num_epochs": a.num_epochs,
+        "algorithm.pack_length": a.pack_length,
+        "data.max_prompt_length": cfg.data.max_prompt_length,
+        "optimizer.learning_rate": o.learning_rate,
+    }
+    errors += [f"{k}={v} must be > 0" for k, v in positive.items() if v <= 0]
+    if r.temperature <= 0:
+        errors.append(f"rollout.temperature={r.temperature} must be > 0 for training samples")
+    if not 0 < r.top_p <= 1:
+        errors.append(f"rollout.top_p={r.top_p} must be in (0, 1]")
+    if a.beta < 0:
+        errors.append(f"algorithm.beta={a.beta} must be >= 0")
+    if a.beta > 0 and not a.load_ref_policy:
+        errors.append(f"algorithm.beta={a.beta} > 0 needs algorithm.load_ref_policy=true")
+    if a.clip_lower < 0 or a.clip_higher < 0:
+        errors.append("algorithm.clip_lower and algorithm.clip_higher must be >= 0")
+    if a.loss_denominator is not None and a.loss_denominator <= 0:
+        errors.append(f"algorithm.loss_denominator={a.loss_denominator} must be > 0 or null")
+    if r.num_samples_per_prompt_rollout < 2:
+        errors.append("rollout.num_samples_per_prompt_rollout must be >= 2: group advantages "
+                      "need at least two samples per prompt")
+    if cfg.data.max_prompt_length + r.response_length > a.pack_length:
+        errors.append(
+            f"algorithm.pack_length={a.pack_length} is shorter than data.max_prompt_length="
+            f"{cfg.data.max_prompt_length} + rollout.response_length={r.response_length}: "
+            "a sequence could not fit in one packed row")
+    if e.total_episodes > 0 and cfg.samples_per_step > 0 and cfg.num_training_steps == 0:
+        errors.append(
+            f"experiment.total_episodes={e.total_episodes} is less than one step's samples "
+            f"(rollout.num_unique_prompts_rollout x num_samples_per_prompt_rollout = "
+            f"{cfg.samples_per_step})")
+    if cfg.world_size != 1:
+        errors.append(f"distributed.num_learners_per_node={cfg.distributed.num_learners_per_node}:"
+                      " only one learner process is supported by the local launcher")
+    if not cfg.data.train:
+        errors.append("data.train must name at least one source")
+    for i, src in enumerate(cfg.data.train + cfg.data.eval):
+        if src.weight <= 0:
+            errors.append(f"data source '{src.name}' weight={src.weight} must be > 0")
+    if cfg.checkpoint.save_freq < 0 or cfg.eval.local_eval_every < 0:
+        errors.append("checkpoint.save_freq and eval.local_eval_every must be >= 0")
+    if cfg.checkpoint.keep_last_n_checkpoints == 0 or cfg.checkpoint.keep_last_n_checkpoints < -1:
+        errors.append("checkpoint.keep_last_n_checkpoints must be -1 (keep all) or >= 1")
+    if errors:
+        raise ConfigError("invalid config:\n  - " + "\n  - ".join(errors))

@@ -1,0 +1,27 @@
+"""Data problems that name where they are: source, row and field."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class DataError(ValueError):
+    def __init__(self, source: str, row: int | None, field: str | None, problem: str):
+        self.source, self.row, self.field, self.problem = source, row, field, problem
+        where = source
+        if row is not None:
+            where += f" row {row}"
+        if field is not None:
+            where += f" field '{field}'"
+        super().__init__(f"{where}: {problem}")
+
+
+@dataclass(frozen=True)
+class Example:
+    """One prompt before tokenisation: chat messages, the answer, the verifiers to apply."""
+
+    id: str  # "<source>/<row>"
+    messages: tuple[dict[str, str], ...]
+    ground_truth: str
+    verifiers: tuple[str, ...]
+    source: str

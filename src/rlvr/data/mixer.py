@@ -1,0 +1,75 @@
+"""A weighted mixture of prompt sources with exactly resumable state.
+
+Each draw picks a source with probability proportional to its weight, then that source's next
+prompt in a shuffled order that is reshuffled every epoch of the source. The order of an epoch
+is a function of (seed, source, epoch), so the state is just positions, epochs and the picking
+RNG: a restored mixer yields the identical stream.
+"""
+
+from __future__ import annotations
+
+import random
+
+from rlvr.types import Prompt
+
+
+class PromptMixer:
+    def __init__(self, sources: list[tuple[str, list[Prompt], float]], seed: int,
+                 shuffle: bool = True):
+        self.sources = [(name, prompts, weight) for name, prompts, weight in sources if prompts]
+        if not self.sources:
+            raise ValueError("no prompts left in any training source")
+        self.seed, self.shuffle = seed, shuffle
+        self._rng = random.Random(seed)
+        self._positions = [0] * len(self.sources)
+        self._epochs = [0] * len(self.sources)
+        self._orders = [self._order(i) for i in range(len(self.sources))]
+
+    def _order(self, i: int) -> list[int]:
+        name, prompts, _ = self.sources[i]
+        order = list(range(len(prompts)))
+        if self.shuffle:
+            random.Random(f"{self.seed}/{name}/{self._epochs[i]}").shuffle(order)
+        return order
+
+    def _next_from(self, i: int) -> Prompt:
+        if self._positions[i] == len(self._orders[i]):
+            self._epochs[i] += 1
+            self._positions[i] = 0
+            self._orders[i] = self._order(i)
+        prompt = self.sources[i][1][self._orders[i][self._positions[i]]]
+        self._positions[i] += 1
+        return prompt
+
+    def next_batch(self, n: int) -> list[Prompt]:
+        weights = [w for _, _, w in self.sources]
+        picks = self._rng.choices(range(len(self.sources)), weights=weights, k=n)
+        return [self._next_from(i) for i in picks]
+
+    @property
+    def epoch(self) -> float:
+        """Passes over the sources, weighted by how much of each has been drawn."""
+        total = sum(len(p) for _, p, _ in self.sources)
+        seen = sum(e * len(p) + pos for (_, p, _), e, pos in
+                   zip(self.sources, self._epochs, self._positions))
+        return seen / total
+
+    def state_dict(self) -> dict:
+        return {"rng": self._rng.getstate(), "positions": list(self._positions),
+                "epochs": list(self._epochs)}
+
+    def load_state_dict(self, state: dict) -> None:
+        version, internal, gauss = state["rng"]
+        self._rng.setstate((version, tuple(internal), gauss))
+        self._positions = list(state["positions"])
+        self._epochs = list(state["epochs"])
+        self._orders = [self._order(i) for i in range(len(self.sources))]
+
+
+def split_holdout(prompts: list[Prompt], n: int, seed: int) -> tuple[list[Prompt], list[Prompt]]:
+    """(train, holdout): `n` prompts chosen with `seed` are held out of training."""
+    order = list(range(len(prompts)))
+    random.Random(f"holdout/{seed}").shuffle(order)
+    held = set(order[:n])
+    return ([p for i, p in enumerate(prompts) if i not in held],
+            [prompts[i] for i in order[:n]])

@@ -1,0 +1,145 @@
+"""Rows from JSONL, Parquet or a `datasets` directory into `Example`s, with field mapping.
+
+Each row is validated where it is read, so a bad row is reported with its file, row and field,
+and either stops the run (`on_bad_row=error`) or is skipped and counted (`skip`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any, Iterator
+
+from rlvr.config import DataSourceConfig
+from rlvr.data.errors import DataError, Example
+
+log = logging.getLogger(__name__)
+
+
+def iter_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
+    """(row index, parsed object or a DataError for that row)."""
+    with open(path, "rb") as f:
+        for row, raw in enumerate(f):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                yield row, DataError(str(path), row, None, f"undecodable bytes ({e.reason} at "
+                                                           f"byte {e.start})")
+                continue
+            if not line.strip():
+                continue
+            try:
+                yield row, json.loads(line)
+            except json.JSONDecodeError as e:
+                yield row, DataError(str(path), row, None, f"invalid JSON: {e.msg}")
+
+
+def iter_parquet(path: Path) -> Iterator[tuple[int, Any]]:
+    import pyarrow.parquet as pq
+
+    yield from enumerate(pq.read_table(path).to_pylist())
+
+
+def iter_datasets(name: str, split: str) -> Iterator[tuple[int, Any]]:
+    try:
+        import datasets
+    except ImportError as e:
+        raise DataError(name, None, None, "reading it needs the `datasets` package") from e
+    if name.startswith("hf:"):
+        data = datasets.load_dataset(name[3:], split=split)
+    else:
+        data = datasets.load_from_disk(name)
+        if isinstance(data, datasets.DatasetDict):
+            data = data[split]
+    yield from enumerate(data)
+
+
+def _messages(row: dict, src: DataSourceConfig, where: tuple[str, int]) -> tuple[dict, ...]:
+    if src.messages_field in row and row[src.messages_field] is not None:
+        messages = row[src.messages_field]
+        field = src.messages_field
+        if not isinstance(messages, list):
+            raise DataError(*where, field, f"expected a list of messages, got "
+                                           f"{type(messages).__name__}")
+        if not messages:
+            raise DataError(*where, field, "empty list of messages")
+        for m in messages:
+            if not (isinstance(m, dict) and isinstance(m.get("role"), str)
+                    and isinstance(m.get("content"), str)):
+                raise DataError(*where, field, "each message needs string 'role' and 'content'")
+        return tuple({"role": m["role"], "content": m["content"]} for m in messages)
+    prompt = row.get(src.prompt_field)
+    if prompt is None:
+        raise DataError(*where, src.messages_field, f"missing (and no '{src.prompt_field}')")
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise DataError(*where, src.prompt_field, "expected a non-empty string")
+    return ({"role": "user", "content": prompt},)
+
+
+def _ground_truth(row: dict, src: DataSourceConfig, where: tuple[str, int]) -> str:
+    value = row.get(src.ground_truth_field)
+    if value is None:
+        raise DataError(*where, src.ground_truth_field, "missing")
+    if isinstance(value, bool) or not isinstance(value, (str, int, float, list)):
+        raise DataError(*where, src.ground_truth_field,
+                        f"expected a string, number or list, got {type(value).__name__}")
+    if isinstance(value, list):
+        return json.dumps(value)
+    return str(value)
+
+
+def _verifiers(row: dict, src: DataSourceConfig, where: tuple[str, int]) -> tuple[str, ...]:
+    from rlvr.rewards import is_known_verifier
+
+    value = row.get(src.verifier_field, src.verifier)
+    if value is None:
+        raise DataError(*where, src.verifier_field, "missing, and the source sets no verifier")
+    names = (value,) if isinstance(value, str) else tuple(value)
+    if not names or not all(isinstance(n, str) for n in names):
+        raise DataError(*where, src.verifier_field, "expected a verifier name or list of names")
+    for n in names:
+        if not is_known_verifier(n):
+            raise DataError(*where, src.verifier_field, f"unknown verifier '{n}'")
+    return names
+
+
+def row_to_example(row: Any, src: DataSourceConfig, source: str, index: int) -> Example:
+    where = (source, index)
+    if not isinstance(row, dict):
+        raise DataError(source, index, None, f"expected an object, got {type(row).__name__}")
+    return Example(id=f"{src.name}/{index}", messages=_messages(row, src, where),
+                   ground_truth=_ground_truth(row, src, where),
+                   verifiers=_verifiers(row, src, where), source=src.name)
+
+
+def read_rows(src: DataSourceConfig) -> Iterator[tuple[int, Any]]:
+    path = Path(src.name)
+    if src.name.startswith("hf:") or path.is_dir():
+        return iter_datasets(src.name, src.split)
+    if not path.exists():
+        raise DataError(src.name, None, None, "no such file, directory or built-in dataset")
+    if path.suffix in (".jsonl", ".json"):
+        return iter_jsonl(path)
+    if path.suffix == ".parquet":
+        return iter_parquet(path)
+    raise DataError(src.name, None, None, "unknown format (use .jsonl, .parquet or a "
+                                          "`datasets` directory)")
+
+
+def load_file_source(src: DataSourceConfig, on_bad_row: str) -> tuple[list[Example], int]:
+    examples: list[Example] = []
+    bad = 0
+    for index, row in read_rows(src):
+        if src.max_rows is not None and len(examples) >= src.max_rows:
+            break
+        try:
+            if isinstance(row, DataError):
+                raise row
+            examples.append(row_to_example(row, src, src.name, index))
+        except DataError as e:
+            if on_bad_row == "error":
+                raise
+            bad += 1
+            log.warning("skipping bad row: %s", e)
+    return examples, bad

@@ -1,0 +1,69 @@
+"""Generate a group of completions per prompt and score them: prompts in, `Sample` groups out.
+
+This is the only place where the engine's output meets the verifiers; the engine knows nothing
+of rewards and the scorer nothing of tokens. Reward shaping that depends on how a completion
+ended (the non-stop penalty) happens here, after verification.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rlvr.rewards.penalties import apply_non_stop_penalty
+from rlvr.rewards.scorer import RewardScorer, ScoreRequest
+from rlvr.rollout.base import RolloutEngine
+from rlvr.types import Prompt, RewardOutcome, SamplingParams, Sample
+
+
+@dataclass(frozen=True)
+class RewardShaping:
+    non_stop_penalty: bool = False
+    non_stop_penalty_value: float = 0.0
+
+
+@dataclass
+class Episodes:
+    """`groups[i]` holds the samples of the i-th prompt; `outcomes` the raw verifier results."""
+
+    groups: list[list[Sample]]
+    outcomes: list[list[RewardOutcome]]
+
+
+def generate_and_score(engine: RolloutEngine, scorer: RewardScorer, prompts: list[Prompt],
+                       params: SamplingParams, shaping: RewardShaping = RewardShaping()) -> Episodes:
+    completions = engine.generate([list(p.token_ids) for p in prompts], params)
+    requests = [
+        ScoreRequest(sample_id=f"{p.id}#{k}", completion=c.text, ground_truth=p.ground_truth,
+                     verifiers=p.verifiers)
+        for p, group in zip(prompts, completions) for k, c in enumerate(group)
+    ]
+    flat_outcomes = scorer.score(requests)
+    scores = [o.score for o in flat_outcomes]
+    if shaping.non_stop_penalty:
+        truncated = [c.truncated for group in completions for c in group]
+        scores = apply_non_stop_penalty(scores, truncated, shaping.non_stop_penalty_value)
+    groups, outcomes, i = [], [], 0
+    for p, group in zip(prompts, completions):
+        groups.append([Sample(prompt=p, completion=c, reward=scores[i + k])
+                       for k, c in enumerate(group)])
+        outcomes.append(flat_outcomes[i:i + len(group)])
+        i += len(group)
+    return Episodes(groups=groups, outcomes=outcomes)
+
+
+def episode_metrics(episodes: Episodes, prefix: str = "") -> dict[str, float]:
+    """Rewards and lengths of a step's samples (per-sample means; lengths in tokens)."""
+    samples = [s for g in episodes.groups for s in g]
+    outcomes = [o for g in episodes.outcomes for o in g]
+    if not samples:
+        return {}
+    n = len(samples)
+    lengths = [len(s.completion.token_ids_T) for s in samples]
+    return {
+        f"{prefix}objective/verifiable_reward": sum(o.score for o in outcomes) / n,
+        f"{prefix}objective/scores": sum(s.reward for s in samples) / n,
+        f"{prefix}val/sequence_lengths": sum(lengths) / n,
+        f"{prefix}val/sequence_lengths_min": float(min(lengths)),
+        f"{prefix}val/sequence_lengths_max": float(max(lengths)),
+        f"{prefix}val/stop_rate": sum(not s.completion.truncated for s in samples) / n,
+    }

@@ -1,0 +1,149 @@
+"""The learner: policy, optional frozen reference, optimizer and schedule, and one update.
+
+It is algorithm-blind: the caller hands it a loss function (already bound to its loss variant
+and normaliser) and a packed batch; the learner runs forward passes, accumulates gradients over
+micro-batches, clips, and steps. It does not know which loss it runs, nor about rewards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import math
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+import torch
+
+from rlvr.algorithm.losses import LossInputs, LossOutputs
+from rlvr.algorithm.packing import split_rows
+from rlvr.learner.forward import forward_logprobs
+from rlvr.learner.schedule import build_scheduler
+from rlvr.types import PackedBatch
+
+LossFn = Callable[[LossInputs], LossOutputs]
+
+
+@dataclass(frozen=True)
+class LearnerSettings:
+    """What the learner needs to know, and nothing about RL variants."""
+
+    learning_rate: float
+    lr_scheduler_type: str
+    warm_up_steps: int
+    total_optimizer_steps: int
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    bf16_autocast: bool = False
+    gradient_checkpointing: bool = False
+
+
+@dataclass
+class UpdateResult:
+    """Sums over all tokens of the update (divide by `num_response_tokens` for averages)."""
+
+    loss_sums: dict[str, float]
+    num_response_tokens: int
+    num_tokens: int  # every non-padding token run through forward and backward
+    num_sequences: int
+    entropy_sum: float
+    engine_diff_sum: float  # sum over response tokens of |local - engine| logprob, first epoch
+    engine_diff_max: float
+    grad_norm: float
+    learning_rate: float
+    skipped_steps: int
+    seconds: float
+
+
+class Learner:
+    def __init__(self, policy: torch.nn.Module, reference: torch.nn.Module | None,
+                 settings: LearnerSettings):
+        self.policy = policy.train()
+        self.reference = reference.eval().requires_grad_(False) if reference is not None else None
+        self.settings = settings
+        if settings.gradient_checkpointing:
+            policy.gradient_checkpointing_enable()
+        self.optimizer = torch.optim.AdamW(
+            policy.parameters(), lr=settings.learning_rate, betas=settings.betas,
+            eps=settings.eps, weight_decay=settings.weight_decay)
+        self.scheduler = build_scheduler(settings.lr_scheduler_type, self.optimizer,
+                                         settings.warm_up_steps, settings.total_optimizer_steps)
+
+    @staticmethod
+    def frozen_copy(policy: torch.nn.Module) -> torch.nn.Module:
+        return copy.deepcopy(policy).eval().requires_grad_(False)
+
+    def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """Weights to send to an engine (detached views; no copy)."""
+        for name, tensor in self.policy.state_dict().items():
+            yield name, tensor.detach()
+
+    def _autocast(self):
+        if self.settings.bf16_autocast:
+            return torch.autocast("cpu", dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    @torch.no_grad()
+    def _reference_logprobs(self, batch: PackedBatch, temperature: float) -> torch.Tensor | None:
+        if self.reference is None:
+            return None
+        with self._autocast():
+            return forward_logprobs(self.reference, batch, temperature)[0].float()
+
+    def update(self, batch: PackedBatch, loss_fn: LossFn, num_micro_batches: int,
+               num_epochs: int, temperature: float) -> UpdateResult:
+        """`num_epochs` optimizer steps over `batch`, each accumulating `num_micro_batches` parts.
+
+        Old logprobs are the policy's own before the first optimizer step: taken from the first
+        epoch's forward pass (detached), which saves a separate no-grad pass.
+        """
+        start = time.perf_counter()
+        parts = [p for p in split_rows(batch.num_rows, num_micro_batches) if p]
+        micro = [batch.select_rows(p) for p in parts]
+        ref_logprobs = [self._reference_logprobs(mb, temperature) for mb in micro]
+        old_logprobs: list[torch.Tensor] = []
+        sums: dict[str, float] = {}
+        entropy_sum = diff_sum = diff_max = grad_norm = learning_rate = 0.0
+        skipped = 0
+        for epoch in range(num_epochs):
+            self.optimizer.zero_grad(set_to_none=True)
+            for i, mb in enumerate(micro):
+                with self._autocast():
+                    new_RL, entropy_RL = forward_logprobs(self.policy, mb, temperature,
+                                                          with_entropy=epoch == 0)
+                new_RL = new_RL.float()
+                if epoch == 0:
+                    old_logprobs.append(new_RL.detach())
+                out = loss_fn(LossInputs(new_logprobs_RL=new_RL, old_logprobs_RL=old_logprobs[i],
+                                         advantages_RL=mb.advantages_RL,
+                                         response_mask_RL=mb.response_mask_RL,
+                                         ref_logprobs_RL=ref_logprobs[i]))
+                out.loss.backward()
+                if epoch == num_epochs - 1:
+                    for k, v in out.metric_sums().items():
+                        sums[k] = sums.get(k, 0.0) + v
+                if epoch == 0:
+                    mask_RL = mb.response_mask_RL
+                    entropy_sum += float(entropy_RL[mask_RL].sum())
+                    diff = (new_RL.detach() - mb.engine_logprobs_RL)[mask_RL].abs()
+                    diff_sum += float(diff.sum())
+                    diff_max = max(diff_max, float(diff.max()) if diff.numel() else 0.0)
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(self.policy.parameters(),
+                                                             self.settings.max_grad_norm))
+            learning_rate = self.optimizer.param_groups[0]["lr"]  # the rate this step used
+            if math.isfinite(grad_norm):
+                self.optimizer.step()
+            else:  # a non-finite gradient would poison the weights: skip this update
+                skipped += 1
+            self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return UpdateResult(
+            loss_sums=sums, num_response_tokens=batch.num_response_tokens,
+            num_tokens=sum(sum(lens) for lens in batch.seq_lens_per_row),
+            num_sequences=sum(len(lens) for lens in batch.seq_lens_per_row),
+            entropy_sum=entropy_sum, engine_diff_sum=diff_sum, engine_diff_max=diff_max,
+            grad_norm=grad_norm, learning_rate=learning_rate,
+            skipped_steps=skipped, seconds=time.perf_counter() - start)

@@ -1,0 +1,203 @@
+"""Where step metrics go: JSONL (always), the terminal, TensorBoard and W&B; plus phase timing
+and MFU arithmetic. Sinks receive finished numbers; they compute nothing about training.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator, Protocol
+
+
+class MetricSink(Protocol):
+    def log(self, step: int, metrics: dict[str, float]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def _finite_or_none(value: float) -> float | None:
+    return value if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+
+class JsonlSink:
+    """One JSON object per step. Each line goes out in one write, flushed and fsynced, so a
+    crash leaves whole lines only; a torn last line from an older crash is dropped on open."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        _drop_torn_last_line(self.path)
+        self._file = open(self.path, "a", encoding="utf-8")
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        record = {"training_step": step, **{k: _finite_or_none(v) for k, v in metrics.items()}}
+        self._file.write(json.dumps(record) + "\n")
+        self._file.flush()
+        os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        self._file.close()
+
+    @staticmethod
+    def truncate_after(path: Path, step: int) -> None:
+        """Keep lines with training_step <= step (for resume), rewritten atomically."""
+        path = Path(path)
+        if not path.exists():
+            return
+        kept = [line for line in path.read_text(encoding="utf-8").splitlines(keepends=True)
+                if line.endswith("\n") and json.loads(line)["training_step"] <= step]
+        write_text_atomic(path, "".join(kept))
+
+
+def _drop_torn_last_line(path: Path) -> None:
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    text = path.read_text(encoding="utf-8")
+    if not text.endswith("\n"):
+        write_text_atomic(path, text[: text.rfind("\n") + 1])
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write to a temporary sibling, fsync, then rename over the target."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+class TensorBoardSink:
+    def __init__(self, log_dir: Path):
+        from torch.utils.tensorboard import SummaryWriter
+
+        self._writer = SummaryWriter(log_dir=str(log_dir))
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        for key, value in metrics.items():
+            if _finite_or_none(value) is not None:
+                self._writer.add_scalar(key, value, step)
+        self._writer.flush()
+
+    def close(self) -> None:
+        self._writer.close()
+
+
+class WandbSink:
+    def __init__(self, project: str, name: str, mode: str, config: dict, dir: Path):
+        os.environ.setdefault("WANDB_SILENT", "true")
+        import wandb
+
+        self._run = wandb.init(project=project, name=name, mode=mode, config=config,
+                               dir=str(dir), reinit="finish_previous")
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        self._run.log(metrics, step=step)
+
+    def close(self) -> None:
+        self._run.finish()
+
+
+class ConsoleSink:
+    """A rich progress bar with the key figures; one plain line per step when not a TTY."""
+
+    def __init__(self, total_steps: int, keys: list[str], stream=None):
+        self.keys = keys
+        self.total = total_steps
+        self.stream = stream or sys.stdout
+        self._progress = None
+        if self.stream.isatty():
+            from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+            self._progress = Progress(TextColumn("step {task.completed}/{task.total}"), BarColumn(),
+                                      TimeRemainingColumn(), TextColumn("{task.fields[figures]}"))
+            self._task = self._progress.add_task("train", total=total_steps, figures="")
+            self._progress.start()
+
+    def _figures(self, metrics: dict[str, float]) -> str:
+        parts = []
+        for key in self.keys:
+            if key in metrics and _finite_or_none(metrics[key]) is not None:
+                parts.append(f"{key.split('/')[-1]}={metrics[key]:.3g}")
+        return " ".join(parts)
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        if self._progress is not None:
+            self._progress.update(self._task, completed=step, figures=self._figures(metrics))
+        else:
+            print(f"step {step}/{self.total} {self._figures(metrics)}", file=self.stream,
+                  flush=True)
+
+    def close(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+
+
+class MetricsLogger:
+    def __init__(self, sinks: list[MetricSink]):
+        self.sinks = sinks
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        for sink in self.sinks:
+            sink.log(step, metrics)
+
+    def close(self) -> None:
+        for sink in self.sinks:
+            sink.close()
+
+    def __enter__(self) -> "MetricsLogger":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class StepTimer:
+    """`with timer("generation"): ...` accumulates seconds under `time/generation`."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+
+    def as_metrics(self) -> dict[str, float]:
+        return {f"time/{k}": v for k, v in self.seconds.items()}
+
+
+def transformer_flops_per_token(num_params: int, num_layers: int, hidden_size: int, seq_len: int,
+                                training: bool = True) -> float:
+    """6N + 12 L H S per trained token (weights plus attention scores); a third for forward."""
+    forward = 2 * num_params + 4 * num_layers * hidden_size * seq_len
+    return 3 * forward if training else forward
+
+
+def mfu(flops_per_token: float, tokens_per_second: float, peak_flops: float) -> float:
+    return flops_per_token * tokens_per_second / peak_flops
+
+
+# Measured matmul rates (FLOP/s) of the 2-core AMD EPYC this project develops on, per thread
+# count. MFU on CPU is relative to these; set logging.peak_flops for another machine.
+_CPU_PEAK = {("float32", 1): 96e9, ("float32", 2): 180e9,
+             ("bfloat16", 1): 381e9, ("bfloat16", 2): 770e9}
+_GPU_PEAK_BF16 = {"A100": 312e12, "H100": 989e12, "H200": 989e12, "L40": 181e12}
+
+
+def default_peak_flops(dtype: str, num_threads: int) -> float:
+    import torch
+
+    if torch.cuda.is_available():
+        name = torch.cuda.get_device_name()
+        return next((v for k, v in _GPU_PEAK_BF16.items() if k in name), 1e14)
+    return _CPU_PEAK.get((dtype, min(max(num_threads, 1), 2)), 180e9)

@@ -1,0 +1,77 @@
+"""Where models come from: built-in names materialised once into a local cache, local
+directories, or hub ids. Loading returns plain transformers objects; nothing here trains.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from rlvr.models.smollm2 import write_smollm2
+from rlvr.models.tiny import write_tiny_model
+
+# Built-in model name -> function writing a Hugging Face directory for it.
+BUILTIN_MODELS: dict[str, Callable[[Path], None]] = {
+    "tiny-llama": write_tiny_model,
+    "smollm2-135m-instruct": write_smollm2,
+}
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("RLVR_CACHE", Path.home() / ".cache" / "rlvr"))
+
+
+def resolve_model_dir(name_or_path: str) -> str:
+    """A directory (or hub id) transformers can load: built-ins are written on first use."""
+    if name_or_path in BUILTIN_MODELS:
+        target = cache_root() / "models" / name_or_path
+        if not (target / "config.json").exists():
+            _write_atomically(target, BUILTIN_MODELS[name_or_path])
+        return str(target)
+    if Path(name_or_path).exists():
+        return name_or_path
+    if "/" in name_or_path:
+        return name_or_path  # a hub id: transformers downloads it (only works online)
+    raise FileNotFoundError(
+        f"model.name_or_path='{name_or_path}' is neither a built-in "
+        f"({', '.join(BUILTIN_MODELS)}), a local directory, nor a hub id")
+
+
+def _write_atomically(target: Path, write: Callable[[Path], None]) -> None:
+    # Two processes may convert at once (tests under xdist, a user's second run): each writes
+    # into its own temporary directory and the first rename wins.
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        write(tmp)
+        try:
+            os.rename(tmp, target)
+        except OSError:
+            if not (target / "config.json").exists():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def load_tokenizer(model_dir: str):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_causal_lm(model_dir: str, dtype: str = "float32") -> torch.nn.Module:
+    """A causal LM with sdpa attention: packed rows rely on its boolean 4-D masks."""
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(
+        model_dir, dtype=DTYPES[dtype], attn_implementation="sdpa")

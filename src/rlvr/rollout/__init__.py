@@ -1,0 +1,6 @@
+"""Rollout engines behind one protocol. Importing this package registers the built-in engines."""
+
+from rlvr.rollout.base import ENGINES, RolloutEngine, create_engine, register_engine
+from rlvr.rollout import transformers_engine as _transformers_engine  # noqa: F401  (registers)
+
+__all__ = ["ENGINES", "RolloutEngine", "create_engine", "register_engine"]

@@ -1,0 +1,205 @@
+"""The training loop, readable top to bottom: set up a run, then repeat `one_training_step`.
+
+One step: sample prompts, generate a group per prompt, score, compute advantages and filter,
+pack, update the policy, sync weights to the engine, and report metrics. Components are built
+here from their config sections and passed in explicitly; none of them sees the whole config.
+Synchronous and single-process; asynchronous generation and scale-out plug in around the same
+step function.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from rlvr.algorithm.losses import LossParams, compute_policy_loss, summarize_loss_metrics
+from rlvr.batching import BatchSettings, build_training_batch
+from rlvr.checkpoint import save_final_model, save_model_checkpoint, write_text_atomic
+from rlvr.config import Config, to_dict, to_yaml
+from rlvr.data import DataBundle, build_datasets
+from rlvr.episodes import RewardShaping, episode_metrics, generate_and_score
+from rlvr.evaluation import evaluate
+from rlvr.learner import Learner, LearnerSettings, UpdateResult
+from rlvr.metrics import MetricsLogger, StepTimer
+from rlvr.models import load_causal_lm, load_tokenizer, resolve_model_dir
+from rlvr.rewards.scorer import RewardScorer
+from rlvr.rollout import RolloutEngine, create_engine
+from rlvr.throughput import ModelShape, learner_throughput
+from rlvr.tracking import build_sinks
+from rlvr.types import SamplingParams
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Run:
+    """Everything a training step touches, built once by `build_run`."""
+
+    cfg: Config
+    output_dir: Path
+    tokenizer: object
+    data: DataBundle
+    learner: Learner
+    engine: RolloutEngine
+    scorer: RewardScorer
+    logger: MetricsLogger
+    model_shape: ModelShape
+    episode: int = 0
+    history: list[dict[str, float]] = field(default_factory=list)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def build_run(cfg: Config) -> Run:
+    seed_everything(cfg.experiment.seed)
+    if cfg.model.num_threads > 0:
+        torch.set_num_threads(cfg.model.num_threads)
+    output_dir = Path(cfg.experiment.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(output_dir / "config.yaml", to_yaml(cfg))
+    model_dir = resolve_model_dir(cfg.model.name_or_path)
+    tokenizer = load_tokenizer(model_dir)
+    data = build_datasets(cfg.data, tokenizer, cfg.experiment.seed)
+    policy = load_causal_lm(model_dir, cfg.model.dtype)
+    reference = Learner.frozen_copy(policy) if cfg.algorithm.beta > 0 else None
+    opt = cfg.optimizer
+    learner = Learner(policy, reference, LearnerSettings(
+        learning_rate=opt.learning_rate, lr_scheduler_type=opt.lr_scheduler_type,
+        warm_up_steps=opt.warm_up_steps,
+        total_optimizer_steps=cfg.num_training_steps * cfg.algorithm.num_epochs,
+        weight_decay=opt.weight_decay, max_grad_norm=opt.max_grad_norm,
+        betas=(opt.adam_beta1, opt.adam_beta2), eps=opt.adam_eps,
+        bf16_autocast=cfg.model.bf16_autocast,
+        gradient_checkpointing=cfg.model.gradient_checkpointing))
+    eos_ids = tuple(sorted({tokenizer.eos_token_id} | _generation_eos_ids(policy)))
+    engine = create_engine(cfg.rollout.engine, model_dir, cfg.rollout, eos_ids,
+                           tokenizer.pad_token_id)
+    scorer = RewardScorer(num_workers=2, timeout_s=10.0)
+    logger = MetricsLogger(build_sinks(cfg, output_dir, to_dict(cfg)))
+    return Run(cfg=cfg, output_dir=output_dir, tokenizer=tokenizer, data=data, learner=learner,
+               engine=engine, scorer=scorer, logger=logger,
+               model_shape=ModelShape.of(policy))
+
+
+def _generation_eos_ids(model: torch.nn.Module) -> set[int]:
+    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if eos is None:
+        return set()
+    return set(eos) if isinstance(eos, (list, tuple)) else {eos}
+
+
+def sampling_params(cfg: Config, step: int) -> SamplingParams:
+    r = cfg.rollout
+    return SamplingParams(
+        n=r.num_samples_per_prompt_rollout, temperature=r.temperature, top_p=r.top_p,
+        max_tokens=r.response_length, stop_strings=tuple(r.stop_strings),
+        # A seed per step makes a run reproducible and a resumed run continue the same stream.
+        seed=cfg.experiment.seed * 1_000_003 + step)
+
+
+def one_training_step(run: Run, step: int) -> dict[str, float]:
+    cfg, timer = run.cfg, StepTimer()
+    a = cfg.algorithm
+    prompts = run.data.train.next_batch(cfg.rollout.num_unique_prompts_rollout)
+    with timer("generation"):
+        episodes = generate_and_score(
+            run.engine, run.scorer, prompts, sampling_params(cfg, step),
+            RewardShaping(a.non_stop_penalty, a.non_stop_penalty_value))
+    metrics = episode_metrics(episodes)
+    metrics.update(run.scorer.metrics_since_last())
+    training = build_training_batch(episodes.groups, BatchSettings(
+        a.advantage_normalization_type, a.filter_zero_std_samples, a.pack_length,
+        run.tokenizer.pad_token_id))
+    metrics.update(training.metrics)
+    run.episode += sum(len(g) for g in episodes.groups)
+    if training.batch is None:
+        log.info("step %d: every group has zero reward spread; no update", step)
+        metrics["optim/skipped_empty_batch"] = 1.0
+    else:
+        batch = training.batch
+        params = LossParams(
+            clip_lower=a.clip_lower, clip_higher=a.clip_higher, beta=a.beta,
+            kl_estimator=a.kl_estimator,
+            # The whole batch's token count, passed in: the same loss however it is split.
+            denominator=a.loss_denominator or float(batch.num_response_tokens))
+        with timer("training"):
+            result = run.learner.update(
+                batch, lambda inputs: compute_policy_loss(a.loss_fn, inputs, params),
+                num_micro_batches=a.num_mini_batches, num_epochs=a.num_epochs,
+                temperature=cfg.rollout.temperature)
+        metrics.update(update_metrics(run, result))
+        with timer("weight_sync"):
+            run.engine.update_weights(run.learner.named_weights(), version=step)
+    metrics.update(timer.as_metrics())
+    metrics["time/step"] = sum(v for k, v in timer.as_metrics().items())
+    metrics["episode"] = float(run.episode)
+    return metrics
+
+
+def update_metrics(run: Run, result: UpdateResult) -> dict[str, float]:
+    n = max(result.num_response_tokens, 1)
+    metrics = summarize_loss_metrics(result.loss_sums, float(n))
+    metrics.update({
+        "policy/entropy_avg": result.entropy_sum / n,
+        "debug/engine_vs_local_logprob_diff_mean": result.engine_diff_sum / n,
+        "debug/engine_vs_local_logprob_diff_max": result.engine_diff_max,
+        "optim/grad_norm": result.grad_norm,
+        "optim/lr": result.learning_rate,
+        "optim/skipped_steps": float(result.skipped_steps),
+    })
+    metrics.update(learner_throughput(run.cfg, run.model_shape, result))
+    return metrics
+
+
+def run_eval(run: Run) -> dict[str, float]:
+    cfg = run.cfg
+    params = SamplingParams(n=1, temperature=cfg.eval.temperature, max_tokens=cfg.rollout.response_length,
+                            stop_strings=tuple(cfg.rollout.stop_strings), seed=cfg.experiment.seed)
+    start = time.perf_counter()
+    metrics = evaluate(run.engine, run.scorer, run.data.eval_prompts[:cfg.eval.max_prompts], params)
+    run.scorer.metrics_since_last()  # eval verifier errors are not the step's
+    metrics["time/eval"] = time.perf_counter() - start
+    return metrics
+
+
+def train(cfg: Config) -> Run:
+    """Train for `cfg.num_training_steps` steps; returns the run (history, output dir)."""
+    run = build_run(cfg)
+    try:
+        start = {"data/dropped_too_long": float(run.data.num_dropped_too_long),
+                 "data/bad_rows": float(run.data.num_bad_rows)}
+        if cfg.eval.eval_at_start and run.data.eval_prompts:
+            start.update(run_eval(run))
+        run.logger.log(0, {**start, "episode": 0.0})
+        run.history.append({"training_step": 0, **start})
+        for step in range(1, cfg.num_training_steps + 1):
+            metrics = one_training_step(run, step)
+            if _due(cfg.eval.local_eval_every, step, cfg.num_training_steps):
+                metrics.update(run_eval(run))
+            if cfg.checkpoint.save_freq and step % cfg.checkpoint.save_freq == 0:
+                save_model_checkpoint(run.learner.policy, run.tokenizer, run.output_dir, step,
+                                      cfg.checkpoint.keep_last_n_checkpoints)
+            run.logger.log(step, metrics)
+            run.history.append({"training_step": step, **metrics})
+        if cfg.checkpoint.save_final:
+            save_final_model(run.learner.policy, run.tokenizer, run.output_dir)
+    finally:
+        run.logger.close()
+        run.scorer.close()
+        run.engine.close()
+    return run
+
+
+def _due(every: int, step: int, last: int) -> bool:
+    """Every `every` steps, and always at the last step so a run ends with a measurement."""
+    return every > 0 and (step % every == 0 or step == last)

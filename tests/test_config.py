@@ -1,0 +1,64 @@
+"""Config loading: YAML + overrides, typed fields, cross-field rules, derived values."""
+
+import pytest
+
+from rlvr.cli import main
+from rlvr.config import ConfigError, load_config
+
+
+def _write(tmp_path, text):
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_defaults_and_derived_steps():
+    cfg = load_config(None, ["experiment.total_episodes=64", "rollout.num_unique_prompts_rollout=4",
+                             "rollout.num_samples_per_prompt_rollout=4"])
+    assert cfg.num_training_steps == 4 and cfg.world_size == 1
+
+
+def test_yaml_then_overrides(tmp_path):
+    path = _write(tmp_path, "optimizer:\n  learning_rate: 0.1\nalgorithm:\n  beta: 0.5\n")
+    cfg = load_config(path, ["optimizer.learning_rate=0.2", "data.train.0.weight=3"])
+    assert cfg.optimizer.learning_rate == 0.2 and cfg.algorithm.beta == 0.5
+    assert cfg.data.train[0].weight == 3.0
+
+
+def test_unknown_key_names_the_field(tmp_path):
+    with pytest.raises(ConfigError, match="algorithm.clip_hihger"):
+        load_config(_write(tmp_path, "algorithm:\n  clip_hihger: 0.3\n"))
+    with pytest.raises(ConfigError, match="rollout.nope"):
+        load_config(None, ["rollout.nope=1"])
+
+
+def test_wrong_type_names_the_field():
+    with pytest.raises(ConfigError, match="rollout.response_length"):
+        load_config(None, ["rollout.response_length=long"])
+
+
+@pytest.mark.parametrize("overrides, field", [
+    (["algorithm.beta=0.1", "algorithm.load_ref_policy=false"], "algorithm.load_ref_policy"),
+    (["algorithm.pack_length=100", "data.max_prompt_length=90"], "algorithm.pack_length"),
+    (["algorithm.loss_fn=ppo2"], "algorithm.loss_fn"),
+    (["optimizer.lr_scheduler_type=exp"], "optimizer.lr_scheduler_type"),
+    (["rollout.num_samples_per_prompt_rollout=1"], "rollout.num_samples_per_prompt_rollout"),
+    (["experiment.total_episodes=3"], "experiment.total_episodes"),
+    (["distributed.num_learners_per_node=[2]"], "distributed.num_learners_per_node"),
+    (["algorithm.kl_estimator=7"], "algorithm.kl_estimator"),
+])
+def test_incompatible_settings_name_their_fields(overrides, field):
+    with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
+        load_config(None, overrides)
+
+
+def test_all_problems_reported_at_once():
+    with pytest.raises(ConfigError) as e:
+        load_config(None, ["algorithm.loss_fn=x", "rollout.temperature=0"])
+    assert "algorithm.loss_fn" in str(e.value) and "rollout.temperature" in str(e.value)
+
+
+def test_cli_reports_config_errors_with_status_2(capsys):
+    assert main(["train", "configs/tiny.yaml", "algorithm.beta=-1"]) == 2
+    assert "algorithm.beta" in capsys.readouterr().err
+    assert main(["config", "configs/tiny.yaml", "bad-override"]) == 2

@@ -29,7 +29,8 @@ train: assets
 test: assets
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
-bench: setup
+bench: assets
+	$(PY) -m pip install -q -e ".[bench]"
 	$(PY) benchmarks/vs_trl.py
 
 clean:

@@ -20,9 +20,10 @@ def test_defaults_and_derived_steps():
 
 def test_yaml_then_overrides(tmp_path):
     path = _write(tmp_path, "optimizer:\n  learning_rate: 0.1\nalgorithm:\n  beta: 0.5\n")
-    cfg = load_config(path, ["optimizer.learning_rate=0.2", "data.train.0.weight=3"])
+    cfg = load_config(path, ["optimizer.learning_rate=0.2",
+                             "data.train=[{name: gsm8k, weight: 3}, {name: addition}]"])
     assert cfg.optimizer.learning_rate == 0.2 and cfg.algorithm.beta == 0.5
-    assert cfg.data.train[0].weight == 3.0
+    assert [(s.name, s.weight) for s in cfg.data.train] == [("gsm8k", 3.0), ("addition", 1.0)]
 
 
 def test_unknown_key_names_the_field(tmp_path):

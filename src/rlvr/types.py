@@ -93,19 +93,28 @@ class Sample:
 class PackedBatch:
     """Sequences (prompt + response) packed into rows of at most `L` tokens.
 
-    Every per-token tensor is aligned so that position `j` holds the value for predicting
-    `input_ids_RL[:, j]` from the tokens before it: `response_mask_RL[r, j]` is True where token `j`
-    is a response token (its logprob counts in the loss). Position ids restart at 0 at every
-    sequence start; `seq_lens_per_row` lets the model confine attention to each sequence.
+    A row holds units: a prompt followed by the responses that share it (a group's samples share
+    their prompt, so it is run once), or a prompt with a single response. Attention is confined
+    to a chunk and its parent: a response chunk sees its prompt chunk and its own earlier tokens,
+    never a sibling response. Position ids restart at 0 for every prompt and continue from the
+    prompt length within each response. Per-token values sit at the position of the token they
+    concern: `response_mask_RL[r, j]` is True where token `j` is a response token, whose logprob
+    is predicted by the hidden state at `predictor_pos_RL[r, j]` (j - 1, or the prompt's last
+    position for a response's first token).
     """
 
-    input_ids_RL: torch.Tensor  # [R, L] long, pad id 0 past the last sequence of a row
-    position_ids_RL: torch.Tensor  # [R, L] long, restarting per sequence
+    input_ids_RL: torch.Tensor  # [R, L] long, pad id past the last unit of a row
+    position_ids_RL: torch.Tensor  # [R, L] long
     response_mask_RL: torch.Tensor  # [R, L] bool
     advantages_RL: torch.Tensor  # [R, L] float, the sequence's advantage on its response tokens
     engine_logprobs_RL: torch.Tensor  # [R, L] float, the engine's logprob of each response token
-    sequence_index_RL: torch.Tensor  # [R, L] long, index of the sample in the step, -1 on padding
-    seq_lens_per_row: list[list[int]]  # lengths of the packed sequences, in order, per row
+    sequence_index_RL: torch.Tensor  # [R, L] long, sample index; a shared prompt carries its
+    #                                  first sample's; -1 on padding
+    segment_ids_RL: torch.Tensor  # [R, L] long, chunk id within the row, -1 on padding
+    parent_segment_RL: torch.Tensor  # [R, L] long, the chunk a response chunk also sees, else -1
+    predictor_pos_RL: torch.Tensor  # [R, L] long, see above; -1 where not a response token
+    seq_lens_per_row: list[list[int]]  # token counts of the units packed in each row, in order
+    num_sequences: int = 0  # samples in the batch
 
     @property
     def num_rows(self) -> int:
@@ -115,15 +124,25 @@ class PackedBatch:
     def num_response_tokens(self) -> int:
         return int(self.response_mask_RL.sum().item())
 
+    @property
+    def num_tokens(self) -> int:
+        """Tokens that run through the model (shared prompts once), padding excluded."""
+        return sum(sum(lens) for lens in self.seq_lens_per_row)
+
     def select_rows(self, rows: list[int]) -> "PackedBatch":
-        """A sub-batch of whole rows (a micro-batch); sequences are never split across rows."""
+        """A sub-batch of whole rows (a micro-batch); units are never split across rows."""
         idx = torch.tensor(rows, dtype=torch.long)
+        seq_RL = self.sequence_index_RL[idx]
         return PackedBatch(
             input_ids_RL=self.input_ids_RL[idx],
             position_ids_RL=self.position_ids_RL[idx],
             response_mask_RL=self.response_mask_RL[idx],
             advantages_RL=self.advantages_RL[idx],
             engine_logprobs_RL=self.engine_logprobs_RL[idx],
-            sequence_index_RL=self.sequence_index_RL[idx],
+            sequence_index_RL=seq_RL,
+            segment_ids_RL=self.segment_ids_RL[idx],
+            parent_segment_RL=self.parent_segment_RL[idx],
+            predictor_pos_RL=self.predictor_pos_RL[idx],
             seq_lens_per_row=[self.seq_lens_per_row[i] for i in rows],
+            num_sequences=int(seq_RL[self.response_mask_RL[idx]].unique().numel()),
         )

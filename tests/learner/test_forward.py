@@ -40,14 +40,34 @@ def test_padding_does_not_make_nan_gradients(tiny_model):
     assert all(torch.isfinite(p.grad).all() for p in tiny_model.parameters() if p.grad is not None)
 
 
-def test_attention_mask_is_block_diagonal_and_causal():
-    mask = packed_attention_mask([[2, 3]], length=6)[0, 0]
+def test_group_sharing_one_prompt_matches_unpacked(tiny_model):
+    """Four responses after one shared prompt get the logprobs each would get alone."""
+    gen = torch.Generator().manual_seed(1)
+    prompt = torch.randint(3, 250, (9,), generator=gen).tolist()
+    seqs = [SequenceToPack(prompt, torch.randint(3, 250, (n,), generator=gen).tolist(),
+                           [0.0] * n, advantage=0.0, index=i) for i, n in enumerate([5, 1, 7, 3])]
+    batch = pack_sequences(seqs, pack_length=64)
+    assert batch.seq_lens_per_row == [[9 + 5 + 1 + 7 + 3]]  # the prompt is packed once
+    with torch.no_grad():
+        packed_RL, _ = forward_logprobs(tiny_model, batch, temperature=1.3)
+    for s in seqs:
+        got = packed_RL[(batch.sequence_index_RL == s.index) & batch.response_mask_RL]
+        want = _alone_logprobs(tiny_model, s.prompt_ids, s.response_ids, 1.3)
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+def test_attention_mask_confines_responses_to_their_prompt():
+    # One row: prompt (segment 0, 2 tokens), response A (segment 1, 2 tokens) and response B
+    # (segment 2, 1 token) both with parent 0, then one padding slot.
+    segment = torch.tensor([[0, 0, 1, 1, 2, -1]])
+    parent = torch.tensor([[-1, -1, 0, 0, 0, -1]])
+    mask = packed_attention_mask(segment, parent)[0, 0]
     expected = torch.tensor([
         [1, 0, 0, 0, 0, 0],
         [1, 1, 0, 0, 0, 0],
-        [0, 0, 1, 0, 0, 0],
-        [0, 0, 1, 1, 0, 0],
-        [0, 0, 1, 1, 1, 0],
+        [1, 1, 1, 0, 0, 0],
+        [1, 1, 1, 1, 0, 0],
+        [1, 1, 0, 0, 1, 0],  # B sees the prompt and itself, not A
         [0, 0, 0, 0, 0, 1],  # padding attends only to itself
     ], dtype=torch.bool)
     assert torch.equal(mask, expected)

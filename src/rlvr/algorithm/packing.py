@@ -1,8 +1,12 @@
 """Pack prompt+response sequences into rows of at most `pack_length` tokens.
 
+Samples of a group share their prompt: it is packed once, followed by each response, and every
+response attends to the prompt and to itself only. With a 44-token prompt and 8 samples of ~25
+tokens that runs 2.3x fewer tokens through the learner than packing each sequence whole.
+
 Written here rather than taken from a library because the layout is ours: per-token advantages,
-engine logprobs and sample indices must travel aligned with the tokens, and a sequence is never
-split across rows (its logprobs need the whole prefix in the same row).
+engine logprobs and sample indices travel aligned with the tokens, and a unit (a prompt and its
+responses) is never split across rows (its logprobs need the whole prefix in the same row).
 """
 
 from __future__ import annotations
@@ -38,45 +42,100 @@ def assign_rows_in_order(lengths: list[int], pack_length: int) -> list[list[int]
     return rows
 
 
-def pack_sequences(seqs: list[SequenceToPack], pack_length: int, pad_id: int = 0) -> PackedBatch:
-    """Rows are padded to the longest row, not to pack_length, to save compute."""
-    lengths = [len(s.prompt_ids) + len(s.response_ids) for s in seqs]
+@dataclass
+class _Unit:
+    """A prompt and the sequences whose responses follow it in one row."""
+
+    prompt_ids: list[int]
+    members: list[int]
+    length: int
+
+
+def group_into_units(seqs: list[SequenceToPack], pack_length: int,
+                     share_prompts: bool) -> list[_Unit]:
+    """Consecutive sequences with the same prompt share one copy of it while the unit fits."""
+    units: list[_Unit] = []
+    for i, s in enumerate(seqs):
+        n = len(s.prompt_ids) + len(s.response_ids)
+        if n > pack_length:
+            raise ValueError(f"sequence {s.index} has {n} tokens, more than "
+                             f"pack_length={pack_length}")
+        last = units[-1] if units else None
+        if (share_prompts and last is not None and last.prompt_ids == s.prompt_ids
+                and last.length + len(s.response_ids) <= pack_length):
+            last.members.append(i)
+            last.length += len(s.response_ids)
+        else:
+            units.append(_Unit(list(s.prompt_ids), [i], n))
+    return units
+
+
+def pack_sequences(seqs: list[SequenceToPack], pack_length: int, pad_id: int = 0,
+                   share_prompts: bool = True) -> PackedBatch:
+    """Units (a prompt and its responses) go into rows greedily, in order; rows are padded to
+    the longest row, not to pack_length, to save compute."""
     for s in seqs:
         if len(s.response_logprobs) != len(s.response_ids):
             raise ValueError(f"sequence {s.index}: {len(s.response_logprobs)} logprobs for "
                              f"{len(s.response_ids)} response tokens")
-    rows = assign_rows_in_order(lengths, pack_length)
-    width = max((sum(lengths[i] for i in row) for row in rows), default=1)
-    shape = (len(rows), width)
-    input_ids = torch.full(shape, pad_id, dtype=torch.long)
-    position_ids = torch.zeros(shape, dtype=torch.long)
-    response_mask = torch.zeros(shape, dtype=torch.bool)
-    advantages = torch.zeros(shape, dtype=torch.float32)
-    engine_logprobs = torch.zeros(shape, dtype=torch.float32)
-    sequence_index = torch.full(shape, -1, dtype=torch.long)
+    units = group_into_units(seqs, pack_length, share_prompts)
+    rows = assign_rows_in_order([u.length for u in units], pack_length)
+    width = max((sum(units[u].length for u in row) for row in rows), default=1)
+    t = _empty_tensors(len(rows), width, pad_id)
     for r, row in enumerate(rows):
-        start = 0
-        for i in row:
-            s, n, p = seqs[i], lengths[i], len(seqs[i].prompt_ids)
-            end = start + n
-            input_ids[r, start:end] = torch.tensor(s.prompt_ids + s.response_ids)
-            position_ids[r, start:end] = torch.arange(n)
-            response_mask[r, start + p:end] = True
-            advantages[r, start + p:end] = s.advantage
-            engine_logprobs[r, start + p:end] = torch.tensor(s.response_logprobs)
-            sequence_index[r, start:end] = s.index
-            start = end
-    return PackedBatch(
-        input_ids_RL=input_ids, position_ids_RL=position_ids, response_mask_RL=response_mask,
-        advantages_RL=advantages, engine_logprobs_RL=engine_logprobs,
-        sequence_index_RL=sequence_index,
-        seq_lens_per_row=[[lengths[i] for i in row] for row in rows])
+        start, segment = 0, 0
+        for u in row:
+            start, segment = _write_unit(t, r, start, segment, units[u], seqs)
+    return PackedBatch(**t, seq_lens_per_row=[[units[u].length for u in row] for row in rows],
+                       num_sequences=len(seqs))
+
+
+def _empty_tensors(rows: int, width: int, pad_id: int) -> dict[str, torch.Tensor]:
+    shape = (rows, width)
+    return {
+        "input_ids_RL": torch.full(shape, pad_id, dtype=torch.long),
+        "position_ids_RL": torch.zeros(shape, dtype=torch.long),
+        "response_mask_RL": torch.zeros(shape, dtype=torch.bool),
+        "advantages_RL": torch.zeros(shape, dtype=torch.float32),
+        "engine_logprobs_RL": torch.zeros(shape, dtype=torch.float32),
+        "sequence_index_RL": torch.full(shape, -1, dtype=torch.long),
+        "segment_ids_RL": torch.full(shape, -1, dtype=torch.long),
+        "parent_segment_RL": torch.full(shape, -1, dtype=torch.long),
+        "predictor_pos_RL": torch.full(shape, -1, dtype=torch.long),
+    }
+
+
+def _write_unit(t: dict[str, torch.Tensor], r: int, start: int, segment: int, unit: _Unit,
+                seqs: list[SequenceToPack]) -> tuple[int, int]:
+    p = len(unit.prompt_ids)
+    prompt_segment = segment
+    t["input_ids_RL"][r, start:start + p] = torch.tensor(unit.prompt_ids)
+    t["position_ids_RL"][r, start:start + p] = torch.arange(p)
+    t["segment_ids_RL"][r, start:start + p] = prompt_segment
+    t["sequence_index_RL"][r, start:start + p] = seqs[unit.members[0]].index
+    cursor = start + p
+    for i in unit.members:
+        s, n = seqs[i], len(seqs[i].response_ids)
+        segment += 1
+        span = slice(cursor, cursor + n)
+        t["input_ids_RL"][r, span] = torch.tensor(s.response_ids, dtype=torch.long)
+        t["position_ids_RL"][r, span] = torch.arange(p, p + n)
+        t["response_mask_RL"][r, span] = True
+        t["advantages_RL"][r, span] = s.advantage
+        t["engine_logprobs_RL"][r, span] = torch.tensor(s.response_logprobs, dtype=torch.float32)
+        t["sequence_index_RL"][r, span] = s.index
+        t["segment_ids_RL"][r, span] = segment
+        t["parent_segment_RL"][r, span] = prompt_segment
+        # The first response token is predicted from the prompt's last position.
+        t["predictor_pos_RL"][r, cursor] = start + p - 1
+        t["predictor_pos_RL"][r, cursor + 1:cursor + n] = torch.arange(cursor, cursor + n - 1)
+        cursor += n
+    return cursor, segment + 1
 
 
 def packed_ratio(batch: PackedBatch) -> float:
     """Real tokens over the tokens the rows occupy (1.0 means no padding)."""
-    real = sum(sum(lens) for lens in batch.seq_lens_per_row)
-    return real / max(batch.input_ids_RL.numel(), 1)
+    return batch.num_tokens / max(batch.input_ids_RL.numel(), 1)
 
 
 def split_rows(num_rows: int, num_parts: int) -> list[list[int]]:

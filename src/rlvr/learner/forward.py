@@ -1,8 +1,8 @@
 """Per-token logprobs (and entropy) of a packed batch under a causal LM.
 
-Packed rows hold several sequences; a boolean block-diagonal causal mask confines attention to
-each sequence and position ids restart per sequence, so a packed row gives the same logprobs as
-its sequences run one by one (tested). Needs sdpa attention: eager attention silently ignores a
+Packed rows hold several units (a prompt and the responses sharing it); a boolean causal mask
+confines each response to its prompt and itself, and position ids restart per prompt, so a
+packed row gives the same logprobs as its sequences run one by one (tested). Needs sdpa attention: eager attention silently ignores a
 boolean 4-D mask, so `rlvr.models.load_causal_lm` pins sdpa.
 """
 
@@ -13,23 +13,22 @@ import torch
 from rlvr.types import PackedBatch
 
 
-def packed_attention_mask(seq_lens_per_row: list[list[int]], length: int) -> torch.Tensor:
-    """[R, 1, L, L] bool: query i may attend key j iff j <= i and both lie in the same sequence.
+def packed_attention_mask(segment_ids_RL: torch.Tensor,
+                          parent_segment_RL: torch.Tensor) -> torch.Tensor:
+    """[R, 1, L, L] bool: query i may attend key j iff j <= i and j lies in i's own chunk or in
+    i's parent chunk (a response's prompt).
 
-    Padding positions each form a sequence of their own (they attend to themselves only), so no
+    Padding positions each form a chunk of their own (they attend to themselves only), so no
     query row is fully masked: a fully masked row makes sdpa return NaN, which would leak into
     gradients even though padding never reaches the loss.
     """
-    segments_RL = torch.empty(len(seq_lens_per_row), length, dtype=torch.long)
-    for r, lens in enumerate(seq_lens_per_row):
-        segments_RL[r] = -1 - torch.arange(length)  # unique negative id per padding slot
-        start = 0
-        for s, n in enumerate(lens):
-            segments_RL[r, start:start + n] = s
-            start += n
-    same_RLL = segments_RL[:, :, None] == segments_RL[:, None, :]
+    rows, length = segment_ids_RL.shape
+    unique_pad_RL = -2 - torch.arange(length).expand(rows, length)
+    segment_RL = torch.where(segment_ids_RL >= 0, segment_ids_RL, unique_pad_RL)
+    key_R1L = segment_RL[:, None, :]
+    allowed_RLL = (key_R1L == segment_RL[:, :, None]) | (key_R1L == parent_segment_RL[:, :, None])
     causal_LL = torch.ones(length, length, dtype=torch.bool).tril()
-    return (same_RLL & causal_LL)[:, None]
+    return (allowed_RLL & causal_LL)[:, None]
 
 
 def forward_logprobs(model: torch.nn.Module, batch: PackedBatch, temperature: float,
@@ -41,15 +40,12 @@ def forward_logprobs(model: torch.nn.Module, batch: PackedBatch, temperature: fl
     projection and its softmax are the largest activations of a small model, and prompt tokens
     never reach the loss.
     """
-    length = batch.input_ids_RL.shape[1]
-    mask_R1LL = packed_attention_mask(batch.seq_lens_per_row, length)
-    # Position j is predicted by the hidden state at j-1; position 0 never is a response token.
-    target_RL = batch.response_mask_RL.clone()
-    target_RL[:, 0] = False
-    source_RL = torch.zeros_like(target_RL)
-    source_RL[:, :-1] = target_RL[:, 1:]
+    mask_R1LL = packed_attention_mask(batch.segment_ids_RL, batch.parent_segment_RL)
+    target_RL = batch.response_mask_RL
+    rows_N = torch.arange(len(target_RL))[:, None].expand_as(target_RL)[target_RL]
     hidden_RLH = _hidden_states(model, batch, mask_R1LL)
-    logits_NV = model.get_output_embeddings()(hidden_RLH[source_RL]).float() / temperature
+    hidden_NH = hidden_RLH[rows_N, batch.predictor_pos_RL[target_RL]]
+    logits_NV = model.get_output_embeddings()(hidden_NH).float() / temperature
     logp_NV = torch.log_softmax(logits_NV, dim=-1)
     token_logp_N = logp_NV.gather(-1, batch.input_ids_RL[target_RL][:, None]).squeeze(-1)
     logprobs_RL = torch.zeros(target_RL.shape, dtype=token_logp_N.dtype)

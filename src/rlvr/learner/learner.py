@@ -142,8 +142,7 @@ class Learner:
         self.optimizer.zero_grad(set_to_none=True)
         return UpdateResult(
             loss_sums=sums, num_response_tokens=batch.num_response_tokens,
-            num_tokens=sum(sum(lens) for lens in batch.seq_lens_per_row),
-            num_sequences=sum(len(lens) for lens in batch.seq_lens_per_row),
+            num_tokens=batch.num_tokens, num_sequences=batch.num_sequences,
             entropy_sum=entropy_sum, engine_diff_sum=diff_sum, engine_diff_max=diff_max,
             grad_norm=grad_norm, learning_rate=learning_rate,
             skipped_steps=skipped, seconds=time.perf_counter() - start)

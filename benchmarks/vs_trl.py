@@ -1,0 +1,135 @@
+"""Seconds per GRPO step: rlvr against TRL's GRPOTrainer on the same work.
+
+Same model, same prompts (single-digit addition), same group size, response length and reward
+(last number), one optimizer step per step, sampling at temperature 1, no KL term. Each framework
+runs in its own process with one torch thread, one after the other, so neither slows the other
+(NOTES: two busy processes with 2 threads each slow each other badly). The first step of each is
+a warm-up and is not counted.
+
+    python benchmarks/vs_trl.py                      # SmolLM2-135M, 8 prompts x 8, 64 tokens
+    python benchmarks/vs_trl.py --model tiny-llama   # a quick check of the harness
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+
+def run_rlvr(args: argparse.Namespace) -> list[float]:
+    from rlvr.config import load_config
+    from rlvr.trainer import build_run, one_training_step
+
+    steps = args.steps + 1
+    cfg = load_config(None, [
+        f"model.name_or_path={args.model}", "model.num_threads=1",
+        f"experiment.output_dir={args.output_dir}/rlvr",
+        f"experiment.total_episodes={steps * args.prompts * args.group}",
+        f"rollout.num_unique_prompts_rollout={args.prompts}",
+        f"rollout.num_samples_per_prompt_rollout={args.group}",
+        f"rollout.response_length={args.response_length}", "rollout.temperature=1.0",
+        "algorithm.beta=0.0", "algorithm.filter_zero_std_samples=false",
+        "algorithm.pack_length=1024", f"optimizer.learning_rate={args.learning_rate}",
+        "data.eval_holdout=0", "logging.progress_bar=false", "checkpoint.save_final=false",
+    ])
+    run = build_run(cfg)
+    times = []
+    try:
+        for step in range(1, steps + 1):
+            start = time.perf_counter()
+            one_training_step(run, step)
+            times.append(time.perf_counter() - start)
+    finally:
+        run.scorer.close()
+        run.logger.close()
+    return times[1:]
+
+
+def _last_number_reward(completions, ground_truth, **_):
+    from rlvr.rewards.gsm8k import verify_last_number
+
+    texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
+    return [verify_last_number(t, g) for t, g in zip(texts, ground_truth)]
+
+
+def run_trl(args: argparse.Namespace) -> list[float]:
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from rlvr.data.tasks import PROCEDURAL_TASKS
+    from rlvr.models import load_causal_lm, load_tokenizer, resolve_model_dir
+
+    steps = args.steps + 1
+    examples = PROCEDURAL_TASKS["addition"]("train", 1)[: steps * args.prompts]
+    dataset = Dataset.from_list([{"prompt": list(e.messages), "ground_truth": e.ground_truth}
+                                 for e in examples])
+    model_dir = resolve_model_dir(args.model)
+    config = GRPOConfig(
+        output_dir=f"{args.output_dir}/trl", use_cpu=True, bf16=False, report_to=[],
+        per_device_train_batch_size=args.prompts * args.group, gradient_accumulation_steps=1,
+        num_generations=args.group, max_completion_length=args.response_length,
+        temperature=1.0, beta=0.0, num_iterations=1, learning_rate=args.learning_rate,
+        max_steps=steps, logging_steps=1, save_strategy="no", seed=1, shuffle_dataset=False)
+    stamps: list[float] = []
+
+    class StepClock(TrainerCallback):
+        def on_step_begin(self, *a, **k):
+            stamps.append(time.perf_counter())
+
+        def on_step_end(self, *a, **k):
+            stamps.append(time.perf_counter())
+
+    trainer = GRPOTrainer(model=load_causal_lm(model_dir), reward_funcs=_last_number_reward,
+                          args=config, train_dataset=dataset,
+                          processing_class=load_tokenizer(model_dir), callbacks=[StepClock()])
+    trainer.train()
+    # TRL generates inside the step, so begin -> end covers generation, scoring and the update.
+    return [stamps[i + 1] - stamps[i] for i in range(0, len(stamps) - 1, 2)][1:]
+
+
+def _child(which: str, args: argparse.Namespace) -> list[float]:
+    """Run one framework in a fresh single-threaded process; return its step times."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+           "TOKENIZERS_PARALLELISM": "false", "TRANSFORMERS_VERBOSITY": "error"}
+    cmd = [sys.executable, __file__, "--child", which] + [
+        f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items() if k != "child" and v]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit(f"{which} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="smollm2-135m-instruct")
+    parser.add_argument("--prompts", type=int, default=8)
+    parser.add_argument("--group", type=int, default=8)
+    parser.add_argument("--response-length", type=int, default=64)
+    parser.add_argument("--steps", type=int, default=3, help="timed steps after one warm-up")
+    parser.add_argument("--learning-rate", type=float, default=1e-6)
+    parser.add_argument("--output-dir", default="runs/bench_vs_trl")
+    parser.add_argument("--child", choices=["rlvr", "trl"])
+    args = parser.parse_args()
+    if args.child:
+        import torch
+
+        torch.set_num_threads(1)
+        times = run_rlvr(args) if args.child == "rlvr" else run_trl(args)
+        print(json.dumps(times))
+        return
+    print(f"model={args.model} prompts={args.prompts} group={args.group} "
+          f"response_length={args.response_length} timed_steps={args.steps}, 1 thread each")
+    results = {which: _child(which, args) for which in ("rlvr", "trl")}
+    means = {k: sum(v) / len(v) for k, v in results.items()}
+    for which, times in results.items():
+        print(f"{which:5s} s/step: {means[which]:7.2f}   ({', '.join(f'{t:.1f}' for t in times)})")
+    print(f"ratio TRL / rlvr: {means['trl'] / means['rlvr']:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

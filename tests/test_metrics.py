@@ -1,0 +1,71 @@
+"""Metric sinks, timing and MFU arithmetic."""
+
+import io
+import json
+import math
+
+import pytest
+
+from rlvr.metrics import (ConsoleSink, JsonlSink, StepTimer, TensorBoardSink, mfu,
+                          transformer_flops_per_token)
+
+
+def test_jsonl_lines_and_non_finite_values(tmp_path):
+    path = tmp_path / "m.jsonl"
+    sink = JsonlSink(path)
+    sink.log(1, {"a": 1.5, "b": math.nan})
+    sink.log(2, {"a": math.inf})
+    sink.close()
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert rows == [{"training_step": 1, "a": 1.5, "b": None}, {"training_step": 2, "a": None}]
+
+
+def test_torn_last_line_dropped_and_truncate_after(tmp_path):
+    path = tmp_path / "m.jsonl"
+    path.write_text('{"training_step": 1}\n{"training_step": 2}\n{"training_st')
+    sink = JsonlSink(path)
+    sink.log(3, {})
+    sink.close()
+    assert [json.loads(l)["training_step"] for l in path.read_text().splitlines()] == [1, 2, 3]
+    JsonlSink.truncate_after(path, 1)
+    assert path.read_text() == '{"training_step": 1}\n'
+
+
+def test_tensorboard_writes_events(tmp_path):
+    sink = TensorBoardSink(tmp_path / "tb")
+    sink.log(1, {"x": 1.0, "y": math.nan})
+    sink.close()
+    assert list((tmp_path / "tb").glob("events.out.tfevents.*"))
+
+
+def test_wandb_offline(tmp_path):
+    pytest.importorskip("wandb", reason="the tracking extra is not installed")
+    from rlvr.metrics import WandbSink
+
+    sink = WandbSink(project="t", name="t", mode="offline", config={"a": 1}, dir=tmp_path)
+    sink.log(1, {"x": 1.0})
+    sink.close()
+    assert list((tmp_path / "wandb").glob("offline-run-*"))
+
+
+def test_console_prints_a_line_per_step_without_a_tty():
+    out = io.StringIO()
+    sink = ConsoleSink(3, ["objective/verifiable_reward", "missing"], stream=out)
+    sink.log(1, {"objective/verifiable_reward": 0.25})
+    sink.close()
+    assert out.getvalue() == "step 1/3 verifiable_reward=0.25\n"
+
+
+def test_step_timer_accumulates():
+    timer = StepTimer()
+    for _ in range(2):
+        with timer("a"):
+            pass
+    assert set(timer.as_metrics()) == {"time/a"} and timer.as_metrics()["time/a"] >= 0
+
+
+def test_flops_and_mfu_by_hand():
+    # 6 N + 12 L H S with N = 1e6, L = 2, H = 8, S = 10: 6e6 + 1920
+    assert transformer_flops_per_token(10**6, 2, 8, 10) == 6_001_920
+    assert transformer_flops_per_token(10**6, 2, 8, 10, training=False) == 2_000_640
+    assert mfu(6e6, 100.0, 1.2e9) == pytest.approx(0.5)

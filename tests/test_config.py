@@ -62,4 +62,13 @@ def test_all_problems_reported_at_once():
 def test_cli_reports_config_errors_with_status_2(capsys):
     assert main(["train", "configs/tiny.yaml", "algorithm.beta=-1"]) == 2
     assert "algorithm.beta" in capsys.readouterr().err
-    assert main(["config", "configs/tiny.yaml", "bad-override"]) == 2
+    assert main(["config", "configs/tiny.yaml", "no-such-file.yaml"]) == 2
+    assert "no-such-file.yaml does not exist" in capsys.readouterr().err
+
+
+def test_presets_merge_over_a_base_config():
+    cfg = load_config(["configs/tiny.yaml", "configs/presets/dr_grpo.yaml"],
+                      ["algorithm.loss_denominator=512"])
+    assert cfg.algorithm.advantage_normalization_type == "centered"
+    assert cfg.algorithm.loss_denominator == 512.0
+    assert cfg.rollout.response_length == 16  # from the base, untouched by the preset

@@ -2,7 +2,11 @@
 
 import json
 
+import pytest
+
 from rlvr.cli import main
+from rlvr.config import load_config
+from rlvr.trainer import train
 
 REQUIRED = ["loss/policy_avg", "loss/kl_avg", "loss/total_avg", "policy/clipfrac_avg",
             "policy/entropy_avg", "val/ratio", "objective/verifiable_reward",
@@ -39,3 +43,18 @@ def test_bad_dataset_row_fails_before_training_naming_file_row_field(tmp_path, c
     assert code == 2
     assert f"{data} row 1 field 'ground_truth': missing" in capsys.readouterr().err
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+@pytest.mark.slow
+def test_smollm2_trains_one_step(tmp_path):
+    """The real model through the whole loop: 2 prompts x 4 samples, one update, one eval."""
+    cfg = load_config("configs/quickstart.yaml", [
+        f"experiment.output_dir={tmp_path}", "experiment.total_episodes=8",
+        "rollout.num_unique_prompts_rollout=2", "rollout.num_samples_per_prompt_rollout=4",
+        "rollout.response_length=16", "algorithm.filter_zero_std_samples=false",
+        "data.eval_holdout=4", "eval.local_eval_every=1", "logging.progress_bar=false",
+        "checkpoint.save_final=false"])
+    run = train(cfg)
+    last = run.history[-1]
+    assert last["training_step"] == 1 and "eval/scores" in last and "loss/policy_avg" in last
+    assert 0.0 <= last["objective/verifiable_reward"] <= 1.0

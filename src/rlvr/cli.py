@@ -25,8 +25,14 @@ def _quiet_libraries() -> None:
     hf_logging.disable_progress_bar()
 
 
+def _split_args(items: list[str]) -> tuple[list[str], list[str]]:
+    """YAML files (merged in order) and key.sub=value overrides, in any order."""
+    overrides = [item for item in items if "=" in item]
+    return [item for item in items if "=" not in item], overrides
+
+
 def _cmd_train(args: argparse.Namespace) -> int:
-    cfg = load_config(args.config, args.overrides)
+    cfg = load_config(*_split_args(args.items))
     _quiet_libraries()
     from rlvr.trainer import train
 
@@ -36,7 +42,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _cmd_config(args: argparse.Namespace) -> int:
-    cfg = load_config(args.config, args.overrides)
+    cfg = load_config(*_split_args(args.items))
     print(to_yaml(cfg), end="")
     print(f"# derived: num_training_steps={cfg.num_training_steps} world_size={cfg.world_size}")
     return 0
@@ -82,9 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     for name, helptext in [("train", "train a policy"), ("config", "print the resolved config")]:
         p = sub.add_parser(name, help=helptext)
-        p.add_argument("config", nargs="?" if name == "config" else None,
-                       help="YAML config file")
-        p.add_argument("overrides", nargs="*", help="key.sub=value overrides")
+        p.add_argument("items", nargs="*", metavar="CONFIG.yaml | key.sub=value",
+                       help="YAML files merged in order (a base, then presets), then overrides")
     p = sub.add_parser("prepare", help="convert built-in models into the local cache")
     p.add_argument("models", nargs="*", help="built-in model names (default: all)")
     g = sub.add_parser("generate", help="sample from a model or checkpoint directory")

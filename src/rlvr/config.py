@@ -87,6 +87,12 @@ class AlgorithmConfig:
     beta: float = 0.0  # KL coefficient; 0 loads no reference model
     kl_estimator: int = 2  # 0: d, 1: d^2/2, 2: expm1(-d)+d, 3: ratio*d, d = logp - logp_ref
     load_ref_policy: bool = True  # must be true when beta > 0
+    ref_policy_update_freq: Optional[int] = None  # steps between Polyak updates of the reference
+    alpha: float = 0.6  # Polyak rate: ref <- (1 - alpha) * ref + alpha * policy
+    rho_correction: bool = False  # reweight by rho = exp(old - engine logprob), clamped
+    rho_clamp_lower: float = 0.0
+    rho_clamp_upper: float = 2.0
+    rho_mask: str = "none"  # none | token | sequence: drop tokens/sequences with rho out of bounds
     clip_lower: float = 0.2
     clip_higher: float = 0.2
     filter_zero_std_samples: bool = True
@@ -165,20 +171,33 @@ class Config:
         return sum(self.distributed.num_learners_per_node)
 
 
-def load_config(path: str | Path | None, overrides: list[str] = ()) -> Config:
-    """YAML file (optional) merged over the defaults, then `a.b=c` overrides; validated."""
+def load_config(paths: str | Path | list[str | Path] | None,
+                overrides: list[str] = ()) -> Config:
+    """YAML files (none, one, or several merged in order: a base config then presets such as
+    `configs/presets/dr_grpo.yaml`) over the defaults, then `a.b=c` overrides; validated."""
+    if paths is None:
+        paths = []
+    elif isinstance(paths, (str, Path)):
+        paths = [paths]
+    merged = OmegaConf.structured(Config)
+    for source in [*paths, None]:
+        try:
+            if source is not None:
+                merged = OmegaConf.merge(merged, OmegaConf.load(source))
+            elif overrides:
+                _check_override_syntax(overrides)
+                merged = OmegaConf.merge(merged, OmegaConf.from_dotlist(list(overrides)))
+        except OmegaConfBaseException as e:
+            where = f" in {source}" if source else " in the command-line overrides"
+            raise ConfigError(f"config field '{getattr(e, 'full_key', None)}'{where}: "
+                              f"{_first_line(e)}") from None
+        except FileNotFoundError:
+            raise ConfigError(f"config file {source} does not exist") from None
     try:
-        merged = OmegaConf.structured(Config)
-        if path is not None:
-            merged = OmegaConf.merge(merged, OmegaConf.load(path))
-        if overrides:
-            _check_override_syntax(overrides)
-            merged = OmegaConf.merge(merged, OmegaConf.from_dotlist(list(overrides)))
         cfg = OmegaConf.to_object(merged)
     except OmegaConfBaseException as e:
-        where = f" in {path}" if path else ""
-        key = getattr(e, "full_key", None)
-        raise ConfigError(f"config field '{key}'{where}: {_first_line(e)}") from None
+        raise ConfigError(f"config field '{getattr(e, 'full_key', None)}': "
+                          f"{_first_line(e)}") from None
     assert isinstance(cfg, Config)
     validate(cfg)
     return cfg
@@ -220,6 +239,10 @@ def validate(cfg: Config) -> None:
     _choice(errors, "algorithm.advantage_normalization_type", a.advantage_normalization_type,
             set(ADVANTAGE_NORMALIZATIONS))
     _choice(errors, "algorithm.kl_estimator", a.kl_estimator, {0, 1, 2, 3})
+    _choice(errors, "algorithm.rho_mask", a.rho_mask, {"none", "token", "sequence"})
+    if a.rho_correction and not 0 <= a.rho_clamp_lower < a.rho_clamp_upper:
+        errors.append(f"algorithm.rho_clamp_lower={a.rho_clamp_lower} and rho_clamp_upper="
+                      f"{a.rho_clamp_upper} need 0 <= lower < upper")
     _choice(errors, "optimizer.lr_scheduler_type", o.lr_scheduler_type, set(SCHEDULES))
     _choice(errors, "rollout.engine", r.engine, set(ENGINES))
     _choice(errors, "model.dtype", cfg.model.dtype, {"float32", "bfloat16"})
@@ -247,6 +270,11 @@ def validate(cfg: Config) -> None:
         errors.append(f"algorithm.beta={a.beta} must be >= 0")
     if a.beta > 0 and not a.load_ref_policy:
         errors.append(f"algorithm.beta={a.beta} > 0 needs algorithm.load_ref_policy=true")
+    if a.ref_policy_update_freq is not None and (a.ref_policy_update_freq <= 0 or a.beta == 0):
+        errors.append(f"algorithm.ref_policy_update_freq={a.ref_policy_update_freq} needs a "
+                      "positive value and algorithm.beta > 0 (no reference is loaded at beta 0)")
+    if not 0.0 <= a.alpha <= 1.0:
+        errors.append(f"algorithm.alpha={a.alpha} must be in [0, 1]")
     if a.clip_lower < 0 or a.clip_higher < 0:
         errors.append("algorithm.clip_lower and algorithm.clip_higher must be >= 0")
     if a.loss_denominator is not None and a.loss_denominator <= 0:

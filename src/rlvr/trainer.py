@@ -18,7 +18,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rlvr.algorithm.losses import LossParams, compute_policy_loss, summarize_loss_metrics
+from rlvr.algorithm.importance import RhoCorrection
+from rlvr.algorithm.losses import (LossParams, compute_policy_loss, normalization_unit,
+                                   summarize_loss_metrics)
 from rlvr.batching import BatchSettings, build_training_batch
 from rlvr.checkpoint import save_final_model, save_model_checkpoint, write_text_atomic
 from rlvr.config import Config, to_dict, to_yaml
@@ -127,17 +129,22 @@ def one_training_step(run: Run, step: int) -> dict[str, float]:
         metrics["optim/skipped_empty_batch"] = 1.0
     else:
         batch = training.batch
+        # The whole batch's count, passed in, so the loss is the same however it is split.
+        per_sequence = normalization_unit(a.loss_fn) == "sequence"
+        count = batch.num_sequences if per_sequence else batch.num_response_tokens
+        rho = (RhoCorrection(a.rho_clamp_lower, a.rho_clamp_upper, a.rho_mask)
+               if a.rho_correction else None)
         params = LossParams(
             clip_lower=a.clip_lower, clip_higher=a.clip_higher, beta=a.beta,
-            kl_estimator=a.kl_estimator,
-            # The whole batch's token count, passed in: the same loss however it is split.
-            denominator=a.loss_denominator or float(batch.num_response_tokens))
+            kl_estimator=a.kl_estimator, denominator=a.loss_denominator or float(count), rho=rho)
         with timer("training"):
             result = run.learner.update(
                 batch, lambda inputs: compute_policy_loss(a.loss_fn, inputs, params),
                 num_micro_batches=a.num_mini_batches, num_epochs=a.num_epochs,
                 temperature=cfg.rollout.temperature)
         metrics.update(update_metrics(run, result))
+        if a.ref_policy_update_freq and step % a.ref_policy_update_freq == 0:
+            run.learner.update_reference(a.alpha)
         with timer("weight_sync"):
             run.engine.update_weights(run.learner.named_weights(), version=step)
     metrics.update(timer.as_metrics())

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from rlvr.algorithm.losses import (LossInputs, LossParams, compute_policy_loss,
-                                   summarize_loss_metrics)
+                                   normalization_unit, summarize_loss_metrics)
 
 PARAMS = LossParams(clip_lower=0.2, clip_higher=0.2, beta=0.0, kl_estimator=2, denominator=1.0)
 
@@ -106,17 +106,19 @@ def test_beta_without_reference_is_an_error():
         compute_policy_loss("dapo", inputs, LossParams(0.2, 0.2, 0.1, 2, 1.0))
 
 
-@pytest.mark.parametrize("loss_fn", ["dapo", "cispo"])
+@pytest.mark.parametrize("loss_fn", ["dapo", "cispo", "grpo", "gspo"])
 def test_split_rows_sum_to_the_whole_batch_loss_and_gradient(loss_fn):
     new, old, ref, adv, mask = _batch()
-    params = LossParams(0.2, 0.28, 0.05, 2, denominator=float(mask.sum()))
-    whole = compute_policy_loss(loss_fn, LossInputs(new, old, adv, mask, ref), params)
+    ids = torch.tensor([[0, 0, 0, 1, 1, 1], [2] * 6, [3, 3, 4, 4, 4, 4], [5] * 6])
+    count = ids[mask].unique().numel() if normalization_unit(loss_fn) == "sequence" else mask.sum()
+    params = LossParams(0.2, 0.28, 0.05, 2, denominator=float(count))
+    whole = compute_policy_loss(loss_fn, LossInputs(new, old, adv, mask, ref, ids), params)
     (grad_whole,) = torch.autograd.grad(whole.loss, new)
     parts, grads = 0.0, torch.zeros_like(new)
     for rows in ([0, 1], [2, 3]):
         leaf = new.detach()[rows].requires_grad_(True)
         part = compute_policy_loss(loss_fn, LossInputs(leaf, old[rows], adv[rows], mask[rows],
-                                                       ref[rows]), params)
+                                                       ref[rows], ids[rows]), params)
         part.loss.backward()
         parts += part.loss.item()
         grads[rows] = leaf.grad
@@ -150,3 +152,48 @@ def test_ratio_statistics_are_token_weighted():
     assert m["val/ratio"] == pytest.approx(1.11070, abs=1e-5)
     assert m["val/ratio_var"] == pytest.approx(0.11070 ** 2, abs=1e-5)
     assert m["policy/clipfrac_avg"] == pytest.approx(0.5)
+
+
+def _two_sequences(log_ratios, advantages, ids):
+    old = torch.full((1, len(ids)), -1.0)
+    new = (old + torch.tensor([log_ratios])).requires_grad_(True)
+    return new, LossInputs(new, old, torch.tensor([advantages]), torch.ones(1, len(ids),
+                                                                            dtype=torch.bool),
+                           sequence_ids_RL=torch.tensor([ids]))
+
+
+def test_grpo_averages_tokens_then_sequences():
+    # Sequence 0: two tokens, ratio 1, A = 1: token losses -1, -1, sequence mean -1.
+    # Sequence 1: one token, ratio 1, A = -2: loss 2. Mean over 2 sequences: 0.5.
+    new, inputs = _two_sequences([0.0, 0.0, 0.0], [1.0, 1.0, -2.0], [0, 0, 1])
+    out = compute_policy_loss("grpo", inputs, LossParams(0.2, 0.2, 0.0, 2, denominator=2.0))
+    out.loss.backward()
+    assert out.loss.item() == pytest.approx(0.5)
+    # d/dlogp of -A r w / 2 at r = 1: -1 * 1/2 / 2 = -0.25 for sequence 0, 2 * 1 / 2 = 1.0 for 1
+    torch.testing.assert_close(new.grad, torch.tensor([[-0.25, -0.25, 1.0]]))
+
+
+def test_gspo_uses_the_geometric_mean_ratio_per_sequence():
+    # Log ratios 0.05 and 0.15: mean 0.1, s = e^0.1 = 1.10517 inside [0.8, 1.2], A = 1.
+    # Loss -s = -1.10517; each token's gradient -A s / |o| = -0.55259.
+    new, inputs = _two_sequences([0.05, 0.15], [1.0, 1.0], [4, 4])
+    out = compute_policy_loss("gspo", inputs, LossParams(0.2, 0.2, 0.0, 2, denominator=1.0))
+    out.loss.backward()
+    assert out.loss.item() == pytest.approx(-1.10517, abs=1e-5)
+    torch.testing.assert_close(new.grad, torch.full((1, 2), -0.55259), atol=1e-5, rtol=0)
+
+
+def test_gspo_clips_the_whole_sequence():
+    # Log ratios 0.2 and 0.4: s = e^0.3 = 1.34986 > 1.2 with A = 1: loss -1.2, no gradient,
+    # and both tokens count as clipped even though the first token's own ratio is 1.22.
+    new, inputs = _two_sequences([0.2, 0.4], [1.0, 1.0], [0, 0])
+    out = compute_policy_loss("gspo", inputs, LossParams(0.2, 0.2, 0.0, 2, denominator=1.0))
+    out.loss.backward()
+    assert out.loss.item() == pytest.approx(-1.2)
+    assert torch.equal(new.grad, torch.zeros(1, 2)) and out.sums["clipped_upper_count"] == 2
+
+
+def test_sequence_losses_need_sequence_ids():
+    _, inputs = _one_token(0.0, 1.0)
+    with pytest.raises(ValueError, match="sequence_ids"):
+        compute_policy_loss("grpo", inputs, PARAMS)

@@ -11,16 +11,11 @@ from typing import Callable
 
 import torch
 
+from rlvr.registry import Registry
+
 AdvantageFn = Callable[[torch.Tensor, float], torch.Tensor]
-ADVANTAGE_NORMALIZATIONS: dict[str, AdvantageFn] = {}
-
-
-def register_advantage_normalization(name: str) -> Callable[[AdvantageFn], AdvantageFn]:
-    def wrap(fn: AdvantageFn) -> AdvantageFn:
-        ADVANTAGE_NORMALIZATIONS[name] = fn
-        return fn
-
-    return wrap
+ADVANTAGE_NORMALIZATIONS: Registry[AdvantageFn] = Registry("advantage normalization")
+register_advantage_normalization = ADVANTAGE_NORMALIZATIONS.register
 
 
 @register_advantage_normalization("standard")
@@ -38,7 +33,4 @@ def centered_advantages(rewards_NG: torch.Tensor, eps: float) -> torch.Tensor:
 def compute_group_advantages(rewards_NG: torch.Tensor, normalization: str,
                              eps: float = 1e-6) -> torch.Tensor:
     """[N, G] rewards of N groups of G samples -> [N, G] advantages."""
-    if normalization not in ADVANTAGE_NORMALIZATIONS:
-        raise ValueError(f"advantage normalization '{normalization}' is not one of "
-                         f"{sorted(ADVANTAGE_NORMALIZATIONS)}")
-    return ADVANTAGE_NORMALIZATIONS[normalization](rewards_NG.float(), eps)
+    return ADVANTAGE_NORMALIZATIONS.lookup(normalization)(rewards_NG.float(), eps)

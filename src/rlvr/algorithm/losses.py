@@ -17,7 +17,10 @@ from typing import Callable
 
 import torch
 
+from rlvr.algorithm.importance import RhoCorrection, RhoResult, rho_correction
 from rlvr.algorithm.kl import all_kl_estimates
+from rlvr.algorithm.sequences import sequence_lengths_per_token, sequence_mean_per_token
+from rlvr.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -27,6 +30,7 @@ class LossParams:
     beta: float
     kl_estimator: int
     denominator: float  # what the summed token losses are divided by
+    rho: RhoCorrection | None = None  # engine-mismatch correction, off when None
 
 
 @dataclass
@@ -36,6 +40,8 @@ class LossInputs:
     advantages_RL: torch.Tensor  # [R, L]
     response_mask_RL: torch.Tensor  # [R, L] bool: tokens that count
     ref_logprobs_RL: torch.Tensor | None = None  # [R, L] reference logprobs, when loaded
+    sequence_ids_RL: torch.Tensor | None = None  # [R, L] sample index per token (sequence losses)
+    engine_logprobs_RL: torch.Tensor | None = None  # [R, L] the sampling engine's logprobs
 
 
 @dataclass
@@ -46,6 +52,7 @@ class TokenTerms:
     ratio_RL: torch.Tensor  # [R, L] detached importance ratio new/old
     clipped_lower_RL: torch.Tensor  # [R, L] bool: the lower clip changed this token's objective
     clipped_upper_RL: torch.Tensor  # [R, L] bool: the upper clip did
+    weight_RL: torch.Tensor | None = None  # [R, L] per-token weight in the sum (default 1)
 
 
 @dataclass
@@ -58,15 +65,20 @@ class LossOutputs:
 
 
 PolicyLossFn = Callable[[LossInputs, LossParams], TokenTerms]
-POLICY_LOSSES: dict[str, PolicyLossFn] = {}
+POLICY_LOSSES: Registry[PolicyLossFn] = Registry("loss_fn")
+# What each loss's denominator counts: response tokens, or sequences (per-sequence means).
+LOSS_NORMALIZATION_UNITS: dict[str, str] = {}
 
 
-def register_policy_loss(name: str) -> Callable[[PolicyLossFn], PolicyLossFn]:
-    def wrap(fn: PolicyLossFn) -> PolicyLossFn:
-        POLICY_LOSSES[name] = fn
-        return fn
+def register_policy_loss(name: str, per: str = "token") -> Callable[[PolicyLossFn], PolicyLossFn]:
+    LOSS_NORMALIZATION_UNITS[name] = per
+    return POLICY_LOSSES.register(name)
 
-    return wrap
+
+def normalization_unit(name: str) -> str:
+    """"token" or "sequence": what the caller's global count for `denominator` must count."""
+    POLICY_LOSSES.lookup(name)
+    return LOSS_NORMALIZATION_UNITS[name]
 
 
 def _log_ratio(inputs: LossInputs) -> torch.Tensor:
@@ -75,20 +87,57 @@ def _log_ratio(inputs: LossInputs) -> torch.Tensor:
     return torch.where(inputs.response_mask_RL, diff_RL, torch.zeros_like(diff_RL))
 
 
-@register_policy_loss("dapo")
-def dapo_loss(inputs: LossInputs, params: LossParams) -> TokenTerms:
-    """PPO's clipped surrogate with DAPO's asymmetric clip (clip-higher), token level."""
-    ratio_RL = torch.exp(_log_ratio(inputs))
-    adv_RL = inputs.advantages_RL
+def _clipped_surrogate(ratio_RL: torch.Tensor, adv_RL: torch.Tensor,
+                       params: LossParams) -> TokenTerms:
+    """-min(r A, clip(r, 1 - clip_lower, 1 + clip_higher) A), with which side clipped."""
     clipped_ratio_RL = ratio_RL.clamp(1.0 - params.clip_lower, 1.0 + params.clip_higher)
     unclipped_RL = -adv_RL * ratio_RL
-    clipped_RL = -adv_RL * clipped_ratio_RL
+    clipped_RL = -adv_RL * clipped_ratio_RL  # [R, L]
     pg_RL = torch.maximum(unclipped_RL, clipped_RL)  # = -min(r A, clip(r) A)
     clip_active_RL = clipped_RL > unclipped_RL
     ratio_d = ratio_RL.detach()
     return TokenTerms(pg_loss_RL=pg_RL, ratio_RL=ratio_d,
                       clipped_lower_RL=clip_active_RL & (ratio_d < 1.0),
                       clipped_upper_RL=clip_active_RL & (ratio_d > 1.0))
+
+
+@register_policy_loss("dapo")
+def dapo_loss(inputs: LossInputs, params: LossParams) -> TokenTerms:
+    """PPO's clipped surrogate with DAPO's asymmetric clip (clip-higher), token level."""
+    return _clipped_surrogate(torch.exp(_log_ratio(inputs)), inputs.advantages_RL, params)
+
+
+def _sequence_ids(inputs: LossInputs) -> torch.Tensor:
+    if inputs.sequence_ids_RL is None:
+        raise ValueError("a per-sequence loss needs LossInputs.sequence_ids_RL")
+    return inputs.sequence_ids_RL
+
+
+@register_policy_loss("grpo", per="sequence")
+def grpo_loss(inputs: LossInputs, params: LossParams) -> TokenTerms:
+    """The original GRPO reduction: the clipped surrogate averaged over each sequence's tokens,
+    then over sequences (the caller's denominator counts sequences)."""
+    terms = _clipped_surrogate(torch.exp(_log_ratio(inputs)), inputs.advantages_RL, params)
+    lengths_RL = sequence_lengths_per_token(_sequence_ids(inputs), inputs.response_mask_RL)
+    terms.weight_RL = 1.0 / lengths_RL
+    return terms
+
+
+@register_policy_loss("gspo", per="sequence")
+def gspo_loss(inputs: LossInputs, params: LossParams) -> TokenTerms:
+    """GSPO (Qwen): one importance ratio per sequence, the geometric mean of its token ratios,
+    clipped per sequence. Token form: s_t = sg(s) * exp(logp_t - sg(logp_t)) has the value of s
+    and the gradient s * grad(logp_t), so weighting tokens by 1/|o| gives the sequence gradient.
+    Its paper clips far tighter than PPO (clip_lower 3e-4, clip_higher 4e-4)."""
+    mask_RL = inputs.response_mask_RL
+    ids_RL = _sequence_ids(inputs)
+    log_s_RL = sequence_mean_per_token(_log_ratio(inputs), ids_RL, mask_RL)
+    new_RL = inputs.new_logprobs_RL
+    token_log_ratio_RL = log_s_RL.detach() + new_RL - new_RL.detach()
+    token_log_ratio_RL = torch.where(mask_RL, token_log_ratio_RL, torch.zeros_like(new_RL))
+    terms = _clipped_surrogate(torch.exp(token_log_ratio_RL), inputs.advantages_RL, params)
+    terms.weight_RL = 1.0 / sequence_lengths_per_token(ids_RL, mask_RL)
+    return terms
 
 
 @register_policy_loss("cispo")
@@ -107,15 +156,22 @@ def cispo_loss(inputs: LossInputs, params: LossParams) -> TokenTerms:
 
 
 def compute_policy_loss(name: str, inputs: LossInputs, params: LossParams) -> LossOutputs:
-    if name not in POLICY_LOSSES:
-        raise ValueError(f"loss_fn '{name}' is not one of {sorted(POLICY_LOSSES)}")
+    loss_terms = POLICY_LOSSES.lookup(name)
     if params.beta > 0 and inputs.ref_logprobs_RL is None:
         raise ValueError("beta > 0 needs reference logprobs")
-    mask_RL = inputs.response_mask_RL
-    terms = POLICY_LOSSES[name](inputs, params)
+    terms = loss_terms(inputs, params)
     zero_RL = torch.zeros_like(terms.pg_loss_RL)
     total_RL = terms.pg_loss_RL
     sums: dict[str, float] = {}
+    mask_RL = inputs.response_mask_RL
+    if params.rho is not None:
+        if inputs.engine_logprobs_RL is None:
+            raise ValueError("rho correction needs the engine's logprobs")
+        rho = rho_correction(inputs.old_logprobs_RL, inputs.engine_logprobs_RL, mask_RL,
+                             inputs.sequence_ids_RL, params.rho)
+        total_RL = total_RL * rho.weight_RL
+        sums.update(_rho_sums(rho, mask_RL))
+        mask_RL = rho.keep_RL  # masked importance sampling drops these tokens entirely
     if inputs.ref_logprobs_RL is not None:
         kls = all_kl_estimates(inputs.new_logprobs_RL, inputs.ref_logprobs_RL)
         for k, kl_RL in kls.items():
@@ -123,6 +179,8 @@ def compute_policy_loss(name: str, inputs: LossInputs, params: LossParams) -> Lo
         if params.beta > 0:
             total_RL = total_RL + params.beta * kls[params.kl_estimator]
             sums["kl_loss_sum"] = params.beta * sums[f"kl{params.kl_estimator}_sum"]
+    if terms.weight_RL is not None:
+        total_RL = total_RL * terms.weight_RL
     loss = torch.where(mask_RL, total_RL, zero_RL).sum() / params.denominator
     ratio_RL = torch.where(mask_RL, terms.ratio_RL, zero_RL)
     sums.update({
@@ -134,6 +192,15 @@ def compute_policy_loss(name: str, inputs: LossInputs, params: LossParams) -> Lo
         "num_tokens": float(mask_RL.sum()),
     })
     return LossOutputs(loss=loss, sums=sums)
+
+
+def _rho_sums(rho: RhoResult, mask_RL: torch.Tensor) -> dict[str, float]:
+    values = rho.rho_RL[mask_RL]
+    if values.numel() == 0:
+        return {}
+    return {"rho_sum": float(values.sum()), "rho_max": float(values.max()),
+            "rho_min": float(values.min()),
+            "rho_masked_count": float((mask_RL & ~rho.keep_RL).sum())}
 
 
 def summarize_loss_metrics(sums: dict[str, float], num_tokens: float) -> dict[str, float]:
@@ -156,4 +223,8 @@ def summarize_loss_metrics(sums: dict[str, float], num_tokens: float) -> dict[st
     for k in range(4):
         if f"kl{k}_sum" in sums:
             metrics[f"objective/kl{k}_avg"] = sums[f"kl{k}_sum"] / n
+    if "rho_sum" in sums:
+        metrics.update({"val/rho_mean": sums["rho_sum"] / n, "val/rho_max": sums["rho_max"],
+                        "val/rho_min": sums["rho_min"],
+                        "val/rho_masked_frac": sums["rho_masked_count"] / n})
     return metrics

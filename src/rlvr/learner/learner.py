@@ -18,6 +18,7 @@ import torch
 
 from rlvr.algorithm.losses import LossInputs, LossOutputs
 from rlvr.algorithm.packing import split_rows
+from rlvr.algorithm.polyak import polyak_update_
 from rlvr.learner.forward import forward_logprobs
 from rlvr.learner.schedule import build_scheduler
 from rlvr.types import PackedBatch
@@ -58,6 +59,17 @@ class UpdateResult:
     seconds: float
 
 
+def _accumulate(total: dict[str, float], part: dict[str, float]) -> None:
+    """Add micro-batch metric sums; `_max` / `_min` entries combine by max / min instead."""
+    for key, value in part.items():
+        if key.endswith("_max"):
+            total[key] = max(total.get(key, value), value)
+        elif key.endswith("_min"):
+            total[key] = min(total.get(key, value), value)
+        else:
+            total[key] = total.get(key, 0.0) + value
+
+
 class Learner:
     def __init__(self, policy: torch.nn.Module, reference: torch.nn.Module | None,
                  settings: LearnerSettings):
@@ -75,6 +87,12 @@ class Learner:
     @staticmethod
     def frozen_copy(policy: torch.nn.Module) -> torch.nn.Module:
         return copy.deepcopy(policy).eval().requires_grad_(False)
+
+    def update_reference(self, alpha: float) -> None:
+        """Polyak step of the frozen reference toward the policy."""
+        if self.reference is None:
+            raise RuntimeError("no reference model is loaded")
+        polyak_update_(list(self.reference.parameters()), list(self.policy.parameters()), alpha)
 
     def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
         """Weights to send to an engine (detached views; no copy)."""
@@ -120,11 +138,12 @@ class Learner:
                 out = loss_fn(LossInputs(new_logprobs_RL=new_RL, old_logprobs_RL=old_logprobs[i],
                                          advantages_RL=mb.advantages_RL,
                                          response_mask_RL=mb.response_mask_RL,
-                                         ref_logprobs_RL=ref_logprobs[i]))
+                                         ref_logprobs_RL=ref_logprobs[i],
+                                         sequence_ids_RL=mb.sequence_index_RL,
+                                         engine_logprobs_RL=mb.engine_logprobs_RL))
                 out.loss.backward()
                 if epoch == num_epochs - 1:
-                    for k, v in out.metric_sums().items():
-                        sums[k] = sums.get(k, 0.0) + v
+                    _accumulate(sums, out.metric_sums())
                 if epoch == 0:
                     mask_RL = mb.response_mask_RL
                     entropy_sum += float(entropy_RL[mask_RL].sum())

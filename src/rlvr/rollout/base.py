@@ -12,6 +12,7 @@ from typing import Callable, Iterable, Protocol
 import torch
 
 from rlvr.config import RolloutConfig
+from rlvr.registry import Registry
 from rlvr.types import Completion, SamplingParams
 
 
@@ -29,19 +30,10 @@ class RolloutEngine(Protocol):
 
 # Factory signature: (model_dir, rollout config, eos/stop token ids, pad id) -> engine.
 EngineFactory = Callable[[str, RolloutConfig, tuple[int, ...], int], RolloutEngine]
-ENGINES: dict[str, EngineFactory] = {}
-
-
-def register_engine(name: str) -> Callable[[EngineFactory], EngineFactory]:
-    def wrap(factory: EngineFactory) -> EngineFactory:
-        ENGINES[name] = factory
-        return factory
-
-    return wrap
+ENGINES: Registry[EngineFactory] = Registry("rollout.engine")
+register_engine = ENGINES.register
 
 
 def create_engine(name: str, model_dir: str | Path, cfg: RolloutConfig,
                   eos_token_ids: tuple[int, ...], pad_token_id: int) -> RolloutEngine:
-    if name not in ENGINES:
-        raise ValueError(f"rollout.engine='{name}' is not one of {sorted(ENGINES)}")
-    return ENGINES[name](str(model_dir), cfg, eos_token_ids, pad_token_id)
+    return ENGINES.lookup(name)(str(model_dir), cfg, eos_token_ids, pad_token_id)

@@ -1,0 +1,56 @@
+"""Engine-mismatch correction: truncated and masked importance sampling, by hand."""
+
+import math
+
+import pytest
+import torch
+
+from rlvr.algorithm.importance import RhoCorrection, rho_correction
+from rlvr.algorithm.losses import LossInputs, LossParams, compute_policy_loss, summarize_loss_metrics
+
+# Three response tokens of sequence 0 and one of sequence 1 (position 0 is a prompt token).
+# old - engine = [_, 0.1, 1.0, -0.2 | 0.0]: rho = [_, 1.10517, 2.71828, 0.81873 | 1.0]
+OLD = torch.tensor([[0.0, -1.0, -1.0, -1.0, -2.0]])
+ENGINE = torch.tensor([[0.0, -1.1, -2.0, -0.8, -2.0]])
+MASK = torch.tensor([[False, True, True, True, True]])
+IDS = torch.tensor([[0, 0, 0, 0, 1]])
+
+
+def test_truncated_weights_clamp_rho():
+    r = rho_correction(OLD, ENGINE, MASK, IDS, RhoCorrection(0.5, 2.0))
+    torch.testing.assert_close(r.weight_RL, torch.tensor([[1.0, 1.10517, 2.0, 0.81873, 1.0]]),
+                               atol=1e-5, rtol=0)
+    assert torch.equal(r.keep_RL, MASK)
+
+
+def test_token_mask_drops_tokens_out_of_bounds():
+    r = rho_correction(OLD, ENGINE, MASK, IDS, RhoCorrection(0.9, 2.0, "token"))
+    # 2.71828 > 2 and 0.81873 < 0.9 are dropped
+    assert r.keep_RL.tolist() == [[False, True, False, False, True]]
+
+
+def test_sequence_mask_drops_the_whole_sequence():
+    r = rho_correction(OLD, ENGINE, MASK, IDS, RhoCorrection(0.5, 2.0, "sequence"))
+    assert r.keep_RL.tolist() == [[False, False, False, False, True]]
+
+
+def test_rho_reweights_the_policy_gradient_term():
+    # Ratio 1 (new = old), A = 1 on every token: token loss -1 * clamp(rho); with bounds
+    # [0.5, 2]: -(1.10517 + 2 + 0.81873 + 1) = -4.9239, over 4 tokens -1.23098.
+    new = OLD.clone().requires_grad_(True)
+    params = LossParams(0.2, 0.2, 0.0, 2, denominator=4.0, rho=RhoCorrection(0.5, 2.0))
+    out = compute_policy_loss("dapo", LossInputs(new, OLD, torch.ones(1, 5), MASK,
+                                                 sequence_ids_RL=IDS, engine_logprobs_RL=ENGINE),
+                              params)
+    assert out.loss.item() == pytest.approx(-4.9239 / 4, abs=1e-4)
+    m = summarize_loss_metrics(out.sums, 4.0)
+    assert m["val/rho_max"] == pytest.approx(math.e, abs=1e-5)
+    assert m["val/rho_min"] == pytest.approx(0.81873, abs=1e-5)
+    assert m["val/rho_masked_frac"] == 0.0
+
+
+def test_rho_needs_engine_logprobs():
+    new = OLD.clone().requires_grad_(True)
+    with pytest.raises(ValueError, match="engine"):
+        compute_policy_loss("dapo", LossInputs(new, OLD, torch.ones(1, 5), MASK),
+                            LossParams(0.2, 0.2, 0.0, 2, 4.0, rho=RhoCorrection(0.5, 2.0)))

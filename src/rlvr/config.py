@@ -96,9 +96,16 @@ class AlgorithmConfig:
     clip_lower: float = 0.2
     clip_higher: float = 0.2
     filter_zero_std_samples: bool = True
+    active_sampling: bool = False  # draw more prompts until the batch has enough non-flat groups
+    active_sampling_max_rounds: int = 4  # bound on generation rounds per step
+    no_resampling_pass_rate: Optional[float] = None  # retire prompts solved at this rate or more
     loss_denominator: Optional[float] = None  # None: total response tokens; a number: Dr.GRPO
     non_stop_penalty: bool = False
     non_stop_penalty_value: float = 0.0  # reward of a truncated completion when penalised
+    overlong_buffer: int = 0  # DAPO soft overlong penalty: tokens before the limit; 0 disables
+    overlong_penalty_factor: float = 1.0  # the penalty at the length limit
+    mask_truncated_completions: bool = False  # truncated samples count for advantages, not loss
+    packing: str = "in_order"  # in_order (greedy) | first_fit_decreasing
     num_mini_batches: int = 1  # gradient-accumulation micro-steps per optimizer step
     num_epochs: int = 1  # optimizer steps over the same batch
     pack_length: int = 1024
@@ -279,6 +286,15 @@ def validate(cfg: Config) -> None:
         errors.append("algorithm.clip_lower and algorithm.clip_higher must be >= 0")
     if a.loss_denominator is not None and a.loss_denominator <= 0:
         errors.append(f"algorithm.loss_denominator={a.loss_denominator} must be > 0 or null")
+    if a.active_sampling_max_rounds < 1:
+        errors.append("algorithm.active_sampling_max_rounds must be >= 1")
+    if a.no_resampling_pass_rate is not None and not 0 < a.no_resampling_pass_rate <= 1:
+        errors.append(f"algorithm.no_resampling_pass_rate={a.no_resampling_pass_rate} must be "
+                      "in (0, 1]")
+    if a.overlong_buffer < 0 or a.overlong_buffer > r.response_length:
+        errors.append(f"algorithm.overlong_buffer={a.overlong_buffer} must be in "
+                      f"[0, rollout.response_length={r.response_length}]")
+    _choice(errors, "algorithm.packing", a.packing, {"in_order", "first_fit_decreasing"})
     if r.num_samples_per_prompt_rollout < 2:
         errors.append("rollout.num_samples_per_prompt_rollout must be >= 2: group advantages "
                       "need at least two samples per prompt")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rlvr.rewards.penalties import apply_non_stop_penalty
+from rlvr.rewards.penalties import apply_non_stop_penalty, soft_overlong_penalty
 from rlvr.rewards.scorer import RewardScorer, ScoreRequest
 from rlvr.rollout.base import RolloutEngine
 from rlvr.types import Prompt, RewardOutcome, SamplingParams, Sample
@@ -19,6 +19,9 @@ from rlvr.types import Prompt, RewardOutcome, SamplingParams, Sample
 class RewardShaping:
     non_stop_penalty: bool = False
     non_stop_penalty_value: float = 0.0
+    overlong_buffer: int = 0  # DAPO soft overlong penalty over this many tokens; 0 disables
+    overlong_penalty_factor: float = 1.0
+    max_tokens: int = 0  # the response length limit the overlong penalty counts toward
 
 
 @dataclass
@@ -42,6 +45,11 @@ def generate_and_score(engine: RolloutEngine, scorer: RewardScorer, prompts: lis
     if shaping.non_stop_penalty:
         truncated = [c.truncated for group in completions for c in group]
         scores = apply_non_stop_penalty(scores, truncated, shaping.non_stop_penalty_value)
+    if shaping.overlong_buffer > 0:
+        lengths = [len(c.token_ids_T) for group in completions for c in group]
+        penalties = soft_overlong_penalty(lengths, shaping.max_tokens, shaping.overlong_buffer,
+                                          shaping.overlong_penalty_factor)
+        scores = [s + p for s, p in zip(scores, penalties)]
     groups, outcomes, i = [], [], 0
     for p, group in zip(prompts, completions):
         groups.append([Sample(prompt=p, completion=c, reward=scores[i + k])

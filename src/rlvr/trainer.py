@@ -25,13 +25,14 @@ from rlvr.batching import BatchSettings, build_training_batch
 from rlvr.checkpoint import save_final_model, save_model_checkpoint, write_text_atomic
 from rlvr.config import Config, to_dict, to_yaml
 from rlvr.data import DataBundle, build_datasets
-from rlvr.episodes import RewardShaping, episode_metrics, generate_and_score
+from rlvr.episodes import RewardShaping, episode_metrics
 from rlvr.evaluation import evaluate
 from rlvr.learner import Learner, LearnerSettings, UpdateResult
 from rlvr.metrics import MetricsLogger, StepTimer
 from rlvr.models import load_causal_lm, load_tokenizer, resolve_model_dir
 from rlvr.rewards.scorer import RewardScorer
 from rlvr.rollout import RolloutEngine, create_engine
+from rlvr.sampling import ActiveSampling, collect_episodes, solved_prompt_ids
 from rlvr.throughput import ModelShape, learner_throughput
 from rlvr.tracking import build_sinks
 from rlvr.types import SamplingParams
@@ -112,16 +113,21 @@ def sampling_params(cfg: Config, step: int) -> SamplingParams:
 def one_training_step(run: Run, step: int) -> dict[str, float]:
     cfg, timer = run.cfg, StepTimer()
     a = cfg.algorithm
-    prompts = run.data.train.next_batch(cfg.rollout.num_unique_prompts_rollout)
     with timer("generation"):
-        episodes = generate_and_score(
-            run.engine, run.scorer, prompts, sampling_params(cfg, step),
-            RewardShaping(a.non_stop_penalty, a.non_stop_penalty_value))
-    metrics = episode_metrics(episodes)
+        episodes, sampling_metrics = collect_episodes(
+            run.engine, run.scorer, run.data.train.next_batch,
+            cfg.rollout.num_unique_prompts_rollout, sampling_params(cfg, step),
+            RewardShaping(a.non_stop_penalty, a.non_stop_penalty_value, a.overlong_buffer,
+                          a.overlong_penalty_factor, cfg.rollout.response_length),
+            ActiveSampling(a.active_sampling, a.active_sampling_max_rounds))
+    metrics = {**episode_metrics(episodes), **sampling_metrics}
     metrics.update(run.scorer.metrics_since_last())
+    if a.no_resampling_pass_rate is not None:
+        run.data.train.retire(solved_prompt_ids(episodes, a.no_resampling_pass_rate))
+        metrics["batch/retired_prompts"] = float(len(run.data.train.retired))
     training = build_training_batch(episodes.groups, BatchSettings(
         a.advantage_normalization_type, a.filter_zero_std_samples, a.pack_length,
-        run.tokenizer.pad_token_id))
+        run.tokenizer.pad_token_id, a.mask_truncated_completions, a.packing))
     metrics.update(training.metrics)
     run.episode += sum(len(g) for g in episodes.groups)
     if training.batch is None:

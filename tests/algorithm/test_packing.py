@@ -77,3 +77,18 @@ def test_split_rows_is_contiguous_and_even():
     assert split_rows(5, 2) == [[0, 1, 2], [3, 4]]
     assert split_rows(4, 4) == [[0], [1], [2], [3]]
     assert split_rows(1, 2) == [[0], []]
+
+
+def test_first_fit_decreasing_uses_fewer_rows():
+    from rlvr.algorithm.packing import assign_rows_first_fit_decreasing, assign_rows_in_order
+
+    lengths = [5, 6, 3, 2, 4]  # pack 10
+    assert assign_rows_in_order(lengths, 10) == [[0], [1, 2], [3, 4]]
+    # 6 -> row 0; 5 -> row 1; 4 -> row 0 (6 + 4); 3 -> row 1 (5 + 3); 2 -> row 1 (8 + 2)
+    assert assign_rows_first_fit_decreasing(lengths, 10) == [[1, 4], [0, 2, 3]]
+    seqs = [SequenceToPack([1] * (n - 1), [2], [0.0], 0.0, i) for i, n in enumerate(lengths)]
+    for strategy in ("in_order", "first_fit_decreasing"):
+        batch = pack_sequences(seqs, 10, share_prompts=False, strategy=strategy)
+        assert sorted(batch.sequence_index_RL[batch.response_mask_RL].tolist()) == [0, 1, 2, 3, 4]
+    assert pack_sequences(seqs, 10, share_prompts=False,
+                          strategy="first_fit_decreasing").num_rows == 2

@@ -70,16 +70,41 @@ def group_into_units(seqs: list[SequenceToPack], pack_length: int,
     return units
 
 
+def assign_rows_first_fit_decreasing(lengths: list[int], pack_length: int) -> list[list[int]]:
+    """Longest first, each into the first row with room: fewer rows than in-order packing
+    when lengths vary. Within a row, items keep their original order."""
+    rows: list[list[int]] = []
+    free: list[int] = []
+    for i in sorted(range(len(lengths)), key=lambda i: (-lengths[i], i)):
+        if lengths[i] > pack_length:
+            raise ValueError(f"item {i} has {lengths[i]} tokens, more than "
+                             f"pack_length={pack_length}")
+        row = next((r for r, room in enumerate(free) if lengths[i] <= room), None)
+        if row is None:
+            rows.append([])
+            free.append(pack_length)
+            row = len(rows) - 1
+        rows[row].append(i)
+        free[row] -= lengths[i]
+    return [sorted(row) for row in rows]
+
+
+PACKING_STRATEGIES = {"in_order": assign_rows_in_order,
+                      "first_fit_decreasing": assign_rows_first_fit_decreasing}
+
+
 def pack_sequences(seqs: list[SequenceToPack], pack_length: int, pad_id: int = 0,
-                   share_prompts: bool = True) -> PackedBatch:
-    """Units (a prompt and its responses) go into rows greedily, in order; rows are padded to
-    the longest row, not to pack_length, to save compute."""
+                   share_prompts: bool = True, strategy: str = "in_order") -> PackedBatch:
+    """Units (a prompt and its responses) go into rows by `strategy`; rows are padded to the
+    longest row, not to pack_length, to save compute."""
     for s in seqs:
         if len(s.response_logprobs) != len(s.response_ids):
             raise ValueError(f"sequence {s.index}: {len(s.response_logprobs)} logprobs for "
                              f"{len(s.response_ids)} response tokens")
     units = group_into_units(seqs, pack_length, share_prompts)
-    rows = assign_rows_in_order([u.length for u in units], pack_length)
+    if strategy not in PACKING_STRATEGIES:
+        raise ValueError(f"packing '{strategy}' is not one of {sorted(PACKING_STRATEGIES)}")
+    rows = PACKING_STRATEGIES[strategy]([u.length for u in units], pack_length)
     width = max((sum(units[u].length for u in row) for row in rows), default=1)
     t = _empty_tensors(len(rows), width, pad_id)
     for r, row in enumerate(rows):

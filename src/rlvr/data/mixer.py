@@ -24,6 +24,7 @@ class PromptMixer:
         self._positions = [0] * len(self.sources)
         self._epochs = [0] * len(self.sources)
         self._orders = [self._order(i) for i in range(len(self.sources))]
+        self.retired: set[str] = set()  # prompt ids solved often enough to stop drawing them
 
     def _order(self, i: int) -> list[int]:
         name, prompts, _ = self.sources[i]
@@ -33,13 +34,21 @@ class PromptMixer:
         return order
 
     def _next_from(self, i: int) -> Prompt:
-        if self._positions[i] == len(self._orders[i]):
-            self._epochs[i] += 1
-            self._positions[i] = 0
-            self._orders[i] = self._order(i)
-        prompt = self.sources[i][1][self._orders[i][self._positions[i]]]
-        self._positions[i] += 1
-        return prompt
+        prompts = self.sources[i][1]
+        for _ in range(2 * len(prompts) + 1):  # at most two epochs' worth of retired prompts
+            if self._positions[i] == len(self._orders[i]):
+                self._epochs[i] += 1
+                self._positions[i] = 0
+                self._orders[i] = self._order(i)
+            prompt = prompts[self._orders[i][self._positions[i]]]
+            self._positions[i] += 1
+            if prompt.id not in self.retired:
+                return prompt
+        raise RuntimeError(f"every prompt of source '{self.sources[i][0]}' is retired "
+                           "(no_resampling_pass_rate): nothing left to train on")
+
+    def retire(self, prompt_ids: list[str]) -> None:
+        self.retired.update(prompt_ids)
 
     def next_batch(self, n: int) -> list[Prompt]:
         weights = [w for _, _, w in self.sources]
@@ -56,13 +65,14 @@ class PromptMixer:
 
     def state_dict(self) -> dict:
         return {"rng": self._rng.getstate(), "positions": list(self._positions),
-                "epochs": list(self._epochs)}
+                "epochs": list(self._epochs), "retired": sorted(self.retired)}
 
     def load_state_dict(self, state: dict) -> None:
         version, internal, gauss = state["rng"]
         self._rng.setstate((version, tuple(internal), gauss))
         self._positions = list(state["positions"])
         self._epochs = list(state["epochs"])
+        self.retired = set(state.get("retired", ()))
         self._orders = [self._order(i) for i in range(len(self.sources))]
 
 

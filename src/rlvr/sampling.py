@@ -1,0 +1,66 @@
+"""Which prompts a step trains on: one draw, or DAPO-style active sampling that keeps drawing
+until the batch holds enough groups whose rewards differ (the only groups with gradient), and
+retirement of prompts the policy already solves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Callable
+
+import torch
+
+from rlvr.algorithm.filtering import group_has_signal
+from rlvr.episodes import Episodes, RewardShaping, generate_and_score
+from rlvr.rewards.scorer import RewardScorer
+from rlvr.rollout.base import RolloutEngine
+from rlvr.types import Prompt, SamplingParams
+
+
+@dataclass(frozen=True)
+class ActiveSampling:
+    enabled: bool = False
+    max_rounds: int = 4  # bound on generation rounds per step
+
+
+def collect_episodes(engine: RolloutEngine, scorer: RewardScorer,
+                     next_prompts: Callable[[int], list[Prompt]], num_prompts: int,
+                     params: SamplingParams, shaping: RewardShaping,
+                     active: ActiveSampling) -> tuple[Episodes, dict[str, float]]:
+    episodes = generate_and_score(engine, scorer, next_prompts(num_prompts), params, shaping)
+    if not active.enabled:
+        return episodes, {"batch/sampling_rounds": 1.0, "batch/prompts_sampled": num_prompts}
+    kept = _with_signal(episodes)
+    rounds, sampled = 1, num_prompts
+    while len(kept.groups) < num_prompts and rounds < active.max_rounds:
+        missing = num_prompts - len(kept.groups)
+        # A fresh seed per round: the same seed would redraw the same samples for a prompt.
+        round_params = replace(params, seed=None if params.seed is None
+                               else params.seed + 7919 * rounds)
+        more = _with_signal(generate_and_score(engine, scorer, next_prompts(missing),
+                                               round_params, shaping))
+        kept.groups += more.groups
+        kept.outcomes += more.outcomes
+        rounds, sampled = rounds + 1, sampled + missing
+    kept.groups, kept.outcomes = kept.groups[:num_prompts], kept.outcomes[:num_prompts]
+    return kept, {"batch/sampling_rounds": float(rounds), "batch/prompts_sampled": float(sampled),
+                  "batch/active_sampling_shortfall": float(num_prompts - len(kept.groups))}
+
+
+def _with_signal(episodes: Episodes) -> Episodes:
+    if not episodes.groups:
+        return episodes
+    rewards_NG = torch.tensor([[s.reward for s in g] for g in episodes.groups])
+    keep = group_has_signal(rewards_NG).tolist()
+    return Episodes(groups=[g for g, k in zip(episodes.groups, keep) if k],
+                    outcomes=[o for o, k in zip(episodes.outcomes, keep) if k])
+
+
+def solved_prompt_ids(episodes: Episodes, pass_rate: float) -> list[str]:
+    """Prompts whose samples scored full marks at least `pass_rate` of the time."""
+    solved = []
+    for group in episodes.groups:
+        rate = sum(s.reward >= 1.0 for s in group) / len(group)
+        if rate >= pass_rate:
+            solved.append(group[0].prompt.id)
+    return solved

@@ -1,13 +1,20 @@
-"""Verifiers behind one small protocol, and the bounded scorer that runs them.
+"""Rewards: verifiers behind one small protocol, and the bounded scorer that runs them.
 
-Importing this package registers the built-in verifiers. It deliberately does not import the
-scorer (which needs torch for its records): worker processes import only the verifiers.
+A verifier is a plain function `(completion, ground_truth) -> score`, registered under the name a
+data row carries (`gsm8k`, `last_number`, `math`). `RewardScorer` runs them in worker processes
+under a time limit and turns errors and timeouts into recorded, counted outcomes.
+
+Importing this package registers the built-in verifiers and imports neither torch nor
+math-verify, so data readers and fresh worker processes can import it cheaply.
 """
 
-from rlvr.rewards import gsm8k as _gsm8k  # noqa: F401  (registers)
-from rlvr.rewards import math as _math  # noqa: F401  (registers)
-from rlvr.rewards.penalties import apply_non_stop_penalty
-from rlvr.rewards.registry import VERIFIERS, get_verifier, is_known_verifier, register_verifier
+from rlvr.rewards import gsm8k as _gsm8k  # noqa: F401  (registers gsm8k, last_number)
+from rlvr.rewards import math as _math  # noqa: F401  (registers math)
+from rlvr.rewards.penalties import apply_non_stop_penalty, soft_overlong_penalty
+from rlvr.rewards.registry import (VERIFIERS, Verifier, get_verifier, is_known_verifier,
+                                   register_verifier)
+from rlvr.rewards.scorer import AGGREGATORS, RewardScorer, ScoreRequest
 
-__all__ = ["VERIFIERS", "apply_non_stop_penalty", "get_verifier", "is_known_verifier",
-           "register_verifier"]
+__all__ = ["AGGREGATORS", "VERIFIERS", "RewardScorer", "ScoreRequest", "Verifier",
+           "apply_non_stop_penalty", "get_verifier", "is_known_verifier", "register_verifier",
+           "soft_overlong_penalty"]

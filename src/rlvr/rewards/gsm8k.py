@@ -1,30 +1,43 @@
-"""`gsm8k` / `last_number`: the last number in the completion equals the ground truth.
+"""`gsm8k` and `last_number`: the last number written in the completion equals the ground truth.
 
-Lenient on purpose: small models rarely follow answer-format instructions, so the last number
-written is the answer (NOTES: SmolLM2 almost never uses tags or a bare final line).
+Lenient on purpose: small models rarely follow answer-format instructions (NOTES: SmolLM2 almost
+never uses answer tags or a bare final line), so the last number written is taken as the answer.
+Numbers are compared as floats with a small tolerance, so `18.00` matches `18`.
+
+Not a symbolic checker: `1/2` reads as the number 2 here; use the `math` verifier for that.
+A regex is all this needs; math-verify would be 100x slower for the same answer on plain numbers.
 """
 
 from __future__ import annotations
 
+import math
 import re
 
 from rlvr.rewards.registry import register_verifier
 
-# A sign, digits with optional thousands commas, an optional decimal part.
-_NUMBER = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?|-?\.\d+")
+# An optional sign, digits with optional thousands commas, an optional decimal part; or `.5`.
+# The sign counts only where it cannot be a binary minus: `5-3` is 5 and 3, `x=-3` is -3.
+# `(?!\d)` after each comma group keeps `1,0000` from reading as 1,000 followed by 0.
+# A period with no digit after it (the end of a sentence) is not part of the number.
+_NUMBER = re.compile(r"(?:(?<![\w)\]])[-\u2212])?(?:\d+(?:,\d{3}(?!\d))*(?:\.\d+)?|\.\d+)")
+
+_REL_TOL = 1e-6
+_ABS_TOL = 1e-6
 
 
-def last_number(text: str) -> float | None:
-    matches = _NUMBER.findall(text)
-    if not matches:
+def parse_last_number(text: str) -> float | None:
+    """The last number in `text` as a float, or None if it holds none."""
+    last = None
+    for last in _NUMBER.finditer(text):
+        pass
+    if last is None:
         return None
-    return float(matches[-1].replace(",", ""))
+    return float(last.group().replace(",", "").replace("\u2212", "-"))
 
 
-def gold_number(ground_truth: str) -> float:
-    """GSM8K's solutions end in `#### 72`; plain ground truths are just the number."""
-    text = ground_truth.split("####")[-1]
-    value = last_number(text)
+def parse_gold_number(ground_truth: str) -> float:
+    """The number a ground truth holds: bare (`72`) or GSM8K's solution ending in `#### 72`."""
+    value = parse_last_number(ground_truth.rpartition("####")[2])
     if value is None:
         raise ValueError(f"ground truth {ground_truth[:80]!r} holds no number")
     return value
@@ -33,8 +46,9 @@ def gold_number(ground_truth: str) -> float:
 @register_verifier("gsm8k")
 @register_verifier("last_number")
 def verify_last_number(completion: str, ground_truth: str) -> float:
-    answer = last_number(completion)
+    """1.0 if the last number in the completion equals the ground truth's number, else 0.0."""
+    gold = parse_gold_number(ground_truth)  # first, so a bad ground truth is an error every time
+    answer = parse_last_number(completion)
     if answer is None:
         return 0.0
-    gold = gold_number(ground_truth)
-    return 1.0 if abs(answer - gold) <= 1e-6 * max(1.0, abs(gold)) else 0.0
+    return 1.0 if math.isclose(answer, gold, rel_tol=_REL_TOL, abs_tol=_ABS_TOL) else 0.0

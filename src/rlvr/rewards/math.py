@@ -1,9 +1,15 @@
-"""`math`: symbolic equivalence of the final answer with math-verify.
+"""`math`: the completion's final answer is mathematically equal to the ground truth (math-verify).
 
-The candidate is the last `\\boxed{}` (balanced braces), else the text after "final answer is",
-else the last `$...$`, else the whole completion. math-verify's own timeouts use signal.alarm,
-which fails off the main thread, so they are disabled: the scorer bounds time by killing its
-worker process instead.
+Which part of the completion is the answer is decided here, in order: the last `\\boxed{...}`
+(balanced braces, so `\\boxed{\\frac{1}{2}}` is whole), else the text after "final answer is",
+else the last `$...$`, else the whole completion (math-verify then finds the last expression).
+Whether two answers are equal (`\\frac12` vs `0.5`, `10\\text{ cm}` vs `10`) is math-verify's
+job, not ours.
+
+math-verify's own time limits use `signal.alarm`, which raises off the main thread; they are
+disabled here. This function is therefore unbounded in time: call it through `RewardScorer`,
+which runs it in a worker process it kills on overrun. math-verify (with sympy, about 1 s) is
+imported on first use, so importing this module stays cheap.
 """
 
 from __future__ import annotations
@@ -13,47 +19,72 @@ import re
 
 from rlvr.rewards.registry import register_verifier
 
-# math-verify warns on every call that its timeouts are disabled; we bound time ourselves.
+# math-verify warns once per process that its timeouts are disabled; that is deliberate here.
 logging.getLogger("math_verify").setLevel(logging.ERROR)
 
-_FINAL_ANSWER = re.compile(r"final answer is[:\s]*(.+)", re.IGNORECASE | re.DOTALL)
-_DOLLARS = re.compile(r"\$([^$]+)\$")
+_FINAL_ANSWER = re.compile(r"final answer is:?\s*(.+)", re.IGNORECASE)  # to the end of the line
+_DOLLARS = re.compile(r"(?<!\\)\$([^$]+)(?<!\\)\$")
+_UNESCAPED_DOLLAR = re.compile(r"(?<!\\)\$")
+_BOXED = "\\boxed"
 
 
 def last_boxed(text: str) -> str | None:
-    start = text.rfind("\\boxed{")
+    """The content of the last `\\boxed{...}` (nested braces kept); None if absent or unclosed."""
+    start = text.rfind(_BOXED + "{")
     if start < 0:
         return None
-    depth, i = 0, start + len("\\boxed")
-    for j in range(i, len(text)):
-        if text[j] == "{":
+    depth = 0
+    open_at = start + len(_BOXED)
+    for i in range(open_at, len(text)):
+        if text[i] == "{":
             depth += 1
-        elif text[j] == "}":
+        elif text[i] == "}":
             depth -= 1
             if depth == 0:
-                return text[i + 1:j]
-    return None  # unbalanced: no answer
+                return text[open_at + 1:i]
+    return None  # unbalanced: the answer was cut off, there is nothing to grade
 
 
 def extract_candidate(completion: str) -> str:
+    """The part of `completion` that math-verify should parse, in a form it parses well.
+
+    A boxed or `$...$` answer is returned wrapped (as `\\boxed{...}` / `$...$`), since math-verify
+    reads the inside of a wrapper as LaTeX; "final answer is" text and the whole-completion
+    fallback are returned as plain text, which math-verify searches for its last expression
+    (`$plain 42$` would parse as a product of letters, `plain 42` parses as 42).
+    """
     boxed = last_boxed(completion)
     if boxed is not None:
-        return boxed
-    final = _FINAL_ANSWER.search(completion)
-    if final:
-        return final.group(1).strip().split("\n")[0].rstrip(".")
+        return f"{_BOXED}{{{boxed}}}"
+    final = None
+    for final in _FINAL_ANSWER.finditer(completion):
+        pass
+    if final is not None:
+        return final.group(1).strip().rstrip(".")
     dollars = _DOLLARS.findall(completion)
     if dollars:
-        return dollars[-1]
+        return f"${dollars[-1]}$"
     return completion
+
+
+def gold_latex(ground_truth: str) -> str:
+    """A ground truth in the form math-verify parses: bare LaTeX is wrapped in `$...$`."""
+    if _BOXED in ground_truth or _UNESCAPED_DOLLAR.search(ground_truth):
+        return ground_truth  # already delimited
+    return f"${ground_truth}$"
 
 
 @register_verifier("math")
 def verify_math(completion: str, ground_truth: str) -> float:
-    from math_verify import parse, verify
+    """1.0 if the extracted answer equals the ground truth under math-verify, else 0.0."""
+    from math_verify import parse, verify  # lazy: sympy costs ~1 s, only math workers pay it
 
-    gold = parse(f"${ground_truth}$", parsing_timeout=None)
-    answer = parse(f"${extract_candidate(completion)}$", parsing_timeout=None)
-    if not gold or not answer:
+    # parse/verify swallow their own errors (returning [] / False) unless asked to raise; an
+    # unparseable candidate is a wrong answer, but an unparseable ground truth is a data bug.
+    gold = parse(gold_latex(ground_truth), parsing_timeout=None)
+    if not gold:
+        raise ValueError(f"math-verify cannot parse the ground truth {ground_truth[:80]!r}")
+    answer = parse(extract_candidate(completion), parsing_timeout=None)
+    if not answer:
         return 0.0
     return 1.0 if verify(gold, answer, timeout_seconds=None) else 0.0

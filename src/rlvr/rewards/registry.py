@@ -1,8 +1,13 @@
-"""The verifier registry. A verifier is a plain function (completion, ground_truth) -> score.
+"""The verifier registry: a name a data row carries -> a function (completion, truth) -> score.
 
-Verifiers register under the name a data row carries. A name of the form `package.module:func`
-is imported on first use, so users (and tests) add verifiers without touching this package, and
-worker processes can find them by name alone.
+A verifier returns a score (normally in [0, 1]) and raises on anything it cannot judge, such as
+a ground truth that holds no answer; the scorer turns that into a recorded, counted error.
+Verifiers register with `@register_verifier("name")`. A name of the form
+`package.module:function` is also accepted and imported on first use, so a verifier can be
+named without being registered anywhere.
+
+This module holds no scoring policy (time limits, processes, aggregation): that is the scorer's.
+It imports nothing heavy, so a fresh worker process can load it cheaply.
 """
 
 from __future__ import annotations
@@ -11,28 +16,52 @@ import importlib
 from typing import Callable
 
 Verifier = Callable[[str, str], float]
+
 VERIFIERS: dict[str, Verifier] = {}
 
 
 def register_verifier(name: str) -> Callable[[Verifier], Verifier]:
-    def wrap(fn: Verifier) -> Verifier:
+    """Decorator: make `fn` available under `name`. Two different functions may not share a name."""
+    if not name or ":" in name:
+        raise ValueError(f"verifier name {name!r} must be non-empty and contain no ':' "
+                         "(':' marks a 'package.module:function' name)")
+
+    def register(fn: Verifier) -> Verifier:
+        known = VERIFIERS.get(name)
+        # Re-importing a module (importlib.reload, a worker importing a plugin twice) re-runs the
+        # decorator with a new function object of the same origin: that is not a clash.
+        if known is not None and _origin(known) != _origin(fn):
+            raise ValueError(f"verifier '{name}' is already registered by {_origin(known)}; "
+                             f"{_origin(fn)} cannot take the name")
         VERIFIERS[name] = fn
         return fn
 
-    return wrap
+    return register
 
 
 def get_verifier(name: str) -> Verifier:
+    """The verifier called `name`; KeyError listing the known names if there is none."""
     if name in VERIFIERS:
         return VERIFIERS[name]
     if ":" in name:
-        module, _, attr = name.partition(":")
-        fn = getattr(importlib.import_module(module), attr)
-        VERIFIERS[name] = fn
-        return fn
-    raise KeyError(f"unknown verifier '{name}'; known: {sorted(VERIFIERS)} "
-                   "(or give 'package.module:function')")
+        return _import_verifier(name)
+    raise KeyError(f"unknown verifier '{name}'; known: {', '.join(sorted(VERIFIERS))} "
+                   "(or name one as 'package.module:function')")
 
 
 def is_known_verifier(name: str) -> bool:
+    """True for a registered name; a 'module:function' name is trusted until it is used."""
     return name in VERIFIERS or ":" in name
+
+
+def _import_verifier(name: str) -> Verifier:
+    module_name, _, attr = name.partition(":")
+    fn = getattr(importlib.import_module(module_name), attr, None)
+    if not callable(fn):
+        raise KeyError(f"verifier '{name}': module {module_name} has no function {attr!r}")
+    VERIFIERS[name] = fn  # later calls skip the import machinery
+    return fn
+
+
+def _origin(fn: Verifier) -> str:
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"

@@ -1,184 +1,385 @@
-"""Score completions with their verifiers in worker processes, each request under a time limit.
+"""Run verifiers on completions in worker processes, each request under a wall-clock time limit.
 
-Why processes: a verifier can hang (a pathological LaTeX expression, a huge exponent) or crash,
-and a thread cannot be stopped. Each worker serves one request at a time; one that overruns the
-limit is killed and replaced, and its request scores 0 with `timed_out` set. A verifier that
-raises scores 0 with the error recorded. Either way the run goes on, and the counts come out as
-metrics. Workers start from a forkserver that preloads only the verifiers (not torch), so
-replacing one is cheap.
+What it is: `RewardScorer.score(requests) -> outcomes`, one `RewardOutcome` per request, in order.
+A verifier that raises scores 0 with the error text recorded; a request that overruns the limit
+scores 0 with `timed_out` set, and its worker is killed and replaced so a hung verifier (an
+infinite loop, a pathological LaTeX expression) stalls neither this batch nor the next. Both are
+logged with the sample id and counted for `metrics_since_last()`. Nothing a verifier does raises
+out of `score`.
+What it is not: it knows nothing of tokens, truncation or advantages (see `penalties` and the
+trainer), and it does not decide what a verifier checks (see `registry`).
+
+Why processes: a thread running a verifier cannot be stopped, and math-verify's own time limits
+use `signal.alarm`, which only works on the main thread.
+Why `subprocess` and not `multiprocessing` start methods: spawn and forkserver children re-import
+the parent's `__main__` (for `rlvr train`, the CLI with torch: ~4 s and hundreds of MB per
+worker), and fork copies a parent whose torch threads are running. A worker here is a fresh
+interpreter that imports only `rlvr.rewards` and the modules that registered verifiers in the
+parent, and talks to the parent over a socket pair with `multiprocessing.connection`.
+Why `RewardOutcome` is imported inside a function: `rlvr.types` imports torch, and workers import
+this module.
 """
 
 from __future__ import annotations
 
+import importlib
+import json
 import logging
-import multiprocessing as mp
+import math
+import os
+import resource
+import signal
+import subprocess
+import sys
+import threading
 import time
+import weakref
 from collections import deque
 from dataclasses import dataclass
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import Connection, Pipe, wait
+from typing import TYPE_CHECKING, Any, Callable
 
-from rlvr.types import RewardOutcome
+from rlvr.rewards.registry import VERIFIERS, get_verifier
+
+if TYPE_CHECKING:
+    from rlvr.types import RewardOutcome
 
 log = logging.getLogger(__name__)
-WORKER_MEMORY_BYTES = 4 * 2**30  # a runaway expression fails with MemoryError, not OOM-kills us
+
+# How the scores of a request's verifiers (in the order named) combine into its reward.
+AGGREGATORS: dict[str, Callable[[list[float]], float]] = {
+    "last": lambda scores: scores[-1],
+    "sum": lambda scores: float(sum(scores)),
+}
+
+WORKER_ADDRESS_SPACE_BYTES = 4 * 2**30  # a runaway expression raises MemoryError, not OOMs the host
+WORKER_START_TIMEOUT_S = 60.0  # start-up (imports, warm-up) is not charged to any request
+# Requests queued at a worker: the next one is already waiting when it finishes one, so a batch
+# is not paced by process wake-ups. A timeout still costs only the running request: the ones
+# queued behind it are sent again elsewhere, uncharged.
+PIPELINE_DEPTH = 4
+_ERROR_CHARS = 300  # an exception message may quote a 100 KB completion
+# A worker's whole program: the parent's import path first, so it finds what the parent finds.
+_BOOTSTRAP = ("import json, sys; config = json.loads(sys.argv[1]); "
+              "sys.path[:] = config['sys_path']; "
+              "from rlvr.rewards.scorer import serve; serve(config)")
 
 
 @dataclass(frozen=True)
 class ScoreRequest:
-    sample_id: str
+    """One completion to score with the verifiers its prompt names."""
+
+    sample_id: str  # for logs: which sample failed
     completion: str
     ground_truth: str
     verifiers: tuple[str, ...]
 
 
 def run_verifiers(completion: str, ground_truth: str,
-                  verifiers: tuple[str, ...]) -> tuple[dict[str, float], str | None]:
-    """Every named verifier's score; the first error's text (its verifier scores 0)."""
-    from rlvr.rewards.registry import get_verifier
-
-    scores: dict[str, float] = {}
-    error = None
+                  verifiers: tuple[str, ...]) -> tuple[list[float], str | None]:
+    """Each named verifier's score, in order, and the errors' text (a failed verifier scores 0)."""
+    if not verifiers:
+        return [], "no verifier named for this sample"
+    scores, errors = [], []
     for name in verifiers:
         try:
-            scores[name] = float(get_verifier(name)(completion, ground_truth))
-        except Exception as e:  # noqa: BLE001  (any verifier failure is recorded, not raised)
-            scores[name] = 0.0
-            error = error or f"{name}: {type(e).__name__}: {str(e)[:200]}"
-    return scores, error
+            score = float(get_verifier(name)(completion, ground_truth))
+            if not math.isfinite(score):
+                raise ValueError(f"verifier returned {score}")
+        except Exception as e:  # noqa: BLE001  any verifier failure is recorded and counted
+            score = 0.0
+            errors.append(f"{name}: {_describe(e)}")
+        scores.append(score)
+    return scores, "; ".join(errors) or None
 
 
-def _worker_main(conn: Connection) -> None:
-    import resource
-
-    import rlvr.rewards  # noqa: F401  (registers the built-in verifiers)
-
+def _describe(e: BaseException) -> str:
     try:
-        resource.setrlimit(resource.RLIMIT_AS, (WORKER_MEMORY_BYTES, WORKER_MEMORY_BYTES))
-    except (ValueError, OSError):
-        pass
-    conn.send("ready")  # the time limit starts counting only after start-up
+        text = str(e)
+    except Exception:  # noqa: BLE001  some sympy objects fail to print
+        text = "<unprintable>"
+    return f"{type(e).__name__}: {text}"[:_ERROR_CHARS]
+
+
+# ---------------------------------------------------------------- inside a worker process
+
+
+def serve(config: dict[str, Any]) -> None:
+    """A worker's main loop (run by `_BOOTSTRAP`): answer requests until the pipe closes."""
+    conn = Connection(config["fd"])
+    try:
+        _prepare_worker(config)
+    except Exception:  # noqa: BLE001  reported to the parent, which raises it
+        import traceback
+
+        conn.send(("failed", traceback.format_exc()))
+        return
+    conn.send(("ready", os.getpid()))
     while True:
         try:
-            message = conn.recv()
-        except EOFError:
+            completion, ground_truth, verifiers = conn.recv()
+        except EOFError:  # the parent closed the pipe or died
             return
-        if message is None:
-            return
-        conn.send(run_verifiers(*message))
+        conn.send(run_verifiers(completion, ground_truth, verifiers))
+
+
+def _prepare_worker(config: dict[str, Any]) -> None:
+    _exit_with_parent(config["parent_pid"])
+    _limit_address_space(config["address_space_bytes"])
+    os.set_inheritable(config["fd"], False)  # a process a verifier starts must not hold our pipe
+    # The built-ins registered when the bootstrap imported this module (rlvr.rewards runs first).
+    for module in config["modules"]:
+        importlib.import_module(module)
+    for fn in list(VERIFIERS.values()):
+        # Warm-up: math-verify's lazy import (~1 s) is paid now, not inside a request's limit.
+        if fn.__module__.startswith("rlvr.rewards."):
+            try:
+                fn("0", "0")
+            except Exception:  # noqa: BLE001  a broken verifier fails loudly on its first request
+                pass
+
+
+def _exit_with_parent(parent_pid: int) -> None:
+    """Exit within 0.5 s of the parent's death, even mid-request (else a hung worker lives on)."""
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+
+
+def _limit_address_space(limit: int) -> None:
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+
+
+# ---------------------------------------------------------------- in the parent process
 
 
 class _Worker:
-    def __init__(self, ctx) -> None:
-        self.conn, child = ctx.Pipe()
-        self.process = ctx.Process(target=_worker_main, args=(child,), daemon=True)
-        self.process.start()
-        child.close()
-        self.task: int | None = None
-        self.started = 0.0
+    """One worker process, the parent's end of its pipe, and the requests sent to it."""
 
-    def wait_ready(self, timeout_s: float = 120.0) -> None:
-        if not self.conn.poll(timeout_s) or self.conn.recv() != "ready":
-            raise RuntimeError("a verifier worker process did not start")
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.conn, child_conn = Pipe(duplex=True)
+        fd = child_conn.fileno()
+        config = dict(config, fd=fd, parent_pid=os.getpid())
+        # A session of its own: Ctrl-C in a terminal reaches only the parent (which then kills
+        # the workers), and killing the group also kills anything a verifier started.
+        self.process = subprocess.Popen([sys.executable, "-c", _BOOTSTRAP, json.dumps(config)],
+                                        pass_fds=(fd,), stdin=subprocess.DEVNULL,
+                                        start_new_session=True)
+        child_conn.close()
+        self.ready = False
+        self.started_at = time.monotonic()
+        self.in_flight: deque[int] = deque()  # indices of requests sent; the first is running
+        self.head_since = 0.0  # when the first in-flight request started, as far as we know
 
-    def kill(self) -> None:
-        self.process.kill()
-        self.process.join(timeout=5)
+    def send(self, index: int, request: ScoreRequest) -> None:
+        self.conn.send((request.completion, request.ground_truth, request.verifiers))
+        if not self.in_flight:
+            self.head_since = time.monotonic()
+        self.in_flight.append(index)
+
+    def finish_head(self) -> int:
+        """The head request's answer arrived: the worker has moved on to the next one."""
+        self.head_since = time.monotonic()
+        return self.in_flight.popleft()
+
+    def kill(self) -> int:
+        """Kill the process group and reap the worker; its exit code."""
+        try:
+            # Before wait(): until it is reaped, even a dead worker's pid cannot be reused.
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        code = self.process.wait(timeout=30)
         self.conn.close()
+        return code
+
+
+def _kill_workers(workers: list[_Worker]) -> None:
+    for w in workers:
+        w.kill()
+    workers.clear()
+
+
+def _plugin_modules() -> list[str]:
+    """Modules (built-ins aside) that registered verifiers here: workers import them too."""
+    modules: dict[str, None] = {}
+    for name, fn in VERIFIERS.items():
+        module = getattr(fn, "__module__", None) or "__main__"
+        if module == "__main__":
+            log.warning("verifier '%s' is defined in __main__, which worker processes do not "
+                        "import: requests naming it will fail. Define it in a module.", name)
+        elif module != "rlvr.rewards" and not module.startswith("rlvr.rewards."):
+            modules[module] = None
+    return list(modules)
 
 
 class RewardScorer:
+    """Scores `ScoreRequest`s into `RewardOutcome`s in `num_workers` processes.
+
+    Each request gets `timeout_s` of wall-clock time from when its worker starts it (up to
+    PIPELINE_DEPTH requests wait queued at a worker; waiting is not charged). Workers start in
+    the background at construction and the first `score` waits for them (~1 s).
+    `num_workers=0` scores in this process with NO time limit (a hung verifier hangs the caller):
+    for debugging only.
+    Workers import `rlvr.rewards` and every module that registered a verifier before this scorer
+    was built; a verifier registered later, or defined in `__main__`, is unknown to them (naming
+    it `package.module:function` works everywhere).
+    Not thread-safe: one `score` call at a time. Use as a context manager, or call `close()`; a
+    scorer that is garbage-collected, or alive at interpreter exit, kills its workers too.
+    """
+
     def __init__(self, num_workers: int = 2, timeout_s: float = 5.0, aggregator: str = "last"):
-        if aggregator not in ("last", "sum"):
-            raise ValueError(f"reward aggregator '{aggregator}' is not 'last' or 'sum'")
+        if aggregator not in AGGREGATORS:
+            raise ValueError(f"unknown reward aggregator '{aggregator}'; known: "
+                             f"{', '.join(AGGREGATORS)}")
+        if num_workers < 0 or not timeout_s > 0:
+            raise ValueError(f"need num_workers >= 0 and timeout_s > 0, got {num_workers}, "
+                             f"{timeout_s}")
+        self.num_workers = num_workers
         self.timeout_s = timeout_s
         self.aggregator = aggregator
-        self.num_errors = self.num_timeouts = 0
-        self._reported = (0, 0)
-        self._ctx = mp.get_context("forkserver")
-        # Workers fork from a server that has already imported the verifiers and math-verify.
-        self._ctx.set_forkserver_preload(["rlvr.rewards", "math_verify", "sympy"])
-        self._in_process = num_workers == 0
-        self._workers = [_Worker(self._ctx) for _ in range(num_workers)]
-        for w in self._workers:
-            w.wait_ready()
-
-    def _combine(self, scores: dict[str, float]) -> float:
-        if not scores:
-            return 0.0
-        return sum(scores.values()) if self.aggregator == "sum" else list(scores.values())[-1]
-
-    def _outcome(self, req: ScoreRequest, scores: dict[str, float], error: str | None,
-                 timed_out: bool = False) -> RewardOutcome:
-        if timed_out:
-            self.num_timeouts += 1
-            log.warning("verifier timed out after %.1f s on sample %s", self.timeout_s,
-                        req.sample_id)
-        elif error:
-            self.num_errors += 1
-            log.warning("verifier error on sample %s: %s", req.sample_id, error)
-        return RewardOutcome(score=self._combine(scores), error=error, timed_out=timed_out,
-                             per_verifier=scores)
+        self.num_errors = 0  # running totals since construction
+        self.num_timeouts = 0
+        self._reported = (0, 0)  # totals at the last metrics_since_last()
+        self._closed = False
+        self._worker_config = {"sys_path": [str(p) for p in sys.path],
+                               "modules": _plugin_modules() if num_workers else [],
+                               "address_space_bytes": WORKER_ADDRESS_SPACE_BYTES}
+        self._workers = [_Worker(self._worker_config) for _ in range(num_workers)]
+        # Holds the list (replaced workers are swapped in place), never self.
+        self._finalizer = weakref.finalize(self, _kill_workers, self._workers)
 
     def score(self, requests: list[ScoreRequest]) -> list[RewardOutcome]:
-        if self._in_process:  # no time limit: for debugging only
+        """One outcome per request, in order. Raises only if a worker cannot start at all."""
+        if self._closed:
+            raise RuntimeError("score() on a closed RewardScorer")
+        if self.num_workers == 0:  # in this process, unbounded: for debugging
             return [self._outcome(r, *run_verifiers(r.completion, r.ground_truth, r.verifiers))
                     for r in requests]
-        results: list[RewardOutcome | None] = [None] * len(requests)
+        outcomes: list[RewardOutcome | None] = [None] * len(requests)
         pending = deque(range(len(requests)))
-        while pending or any(w.task is not None for w in self._workers):
-            for w in self._workers:
-                if w.task is None and pending:
-                    w.task, w.started = pending.popleft(), time.monotonic()
-                    r = requests[w.task]
-                    w.conn.send((r.completion, r.ground_truth, r.verifiers))
-            busy = [w for w in self._workers if w.task is not None]
-            deadline = min(w.started for w in busy) + self.timeout_s
-            ready = wait([w.conn for w in busy], timeout=max(deadline - time.monotonic(), 0))
-            for i, w in enumerate(self._workers):
-                if w.task is None:
-                    continue
-                req = requests[w.task]
-                if w.conn in ready:
-                    try:
-                        results[w.task] = self._outcome(req, *w.conn.recv())
-                        w.task = None
-                        continue
-                    except (EOFError, OSError):  # the worker died mid-request
-                        results[w.task] = self._outcome(req, {}, "verifier process crashed")
-                elif time.monotonic() - w.started >= self.timeout_s:
-                    results[w.task] = self._outcome(req, {}, None, timed_out=True)
-                else:
-                    continue
-                w.kill()
-                self._workers[i] = _Worker(self._ctx)
-                self._workers[i].wait_ready()
-        return results  # type: ignore[return-value]
+        try:
+            while pending or any(w.in_flight for w in self._workers):
+                self._dispatch(requests, pending)
+                self._collect(requests, outcomes, pending)
+        finally:
+            # Only after an exception (Ctrl-C, a worker that cannot start): a worker still busy
+            # would answer its stale requests into the next batch.
+            for w in [w for w in self._workers if w.in_flight]:
+                self._replace(w)
+        return outcomes  # type: ignore[return-value]  (every slot is filled by now)
 
-    def metrics_since_last(self) -> dict[str, float]:
-        errors, timeouts = self.num_errors - self._reported[0], self.num_timeouts - self._reported[1]
+    def _dispatch(self, requests: list[ScoreRequest], pending: deque[int]) -> None:
+        """Keep up to PIPELINE_DEPTH requests queued at each ready worker."""
+        for w in list(self._workers):
+            while pending and w.ready and len(w.in_flight) < PIPELINE_DEPTH:
+                index = pending.popleft()
+                try:
+                    w.send(index, requests[index])
+                except OSError:  # the worker died: not this request's fault
+                    pending.appendleft(index)
+                    if not w.in_flight:  # died idle; else _collect sees it die mid-request
+                        self._replace(w)
+                    break
+
+    def _collect(self, requests: list[ScoreRequest], outcomes: list, pending: deque[int]) -> None:
+        """Wait for the first answer or deadline, then handle every worker that has one."""
+        waiting = [w for w in self._workers if w.in_flight or not w.ready]
+        deadline = min(self._deadline(w) for w in waiting)
+        ready = wait([w.conn for w in waiting], timeout=max(0.0, deadline - time.monotonic()))
+        now = time.monotonic()
+        for w in waiting:
+            if w.conn in ready or w.conn.poll():  # poll: an answer that came after the wait
+                self._receive(w, requests, outcomes, pending)
+            elif now >= self._deadline(w) and not w.ready:
+                raise RuntimeError(f"a verifier worker did not start in {WORKER_START_TIMEOUT_S} s")
+            elif now >= self._deadline(w):
+                index = w.in_flight.popleft()
+                self._abandon(w, pending)
+                outcomes[index] = self._outcome(requests[index], [], None, timed_out=True)
+
+    def _deadline(self, w: _Worker) -> float:
+        if not w.ready:
+            return w.started_at + WORKER_START_TIMEOUT_S
+        return w.head_since + self.timeout_s
+
+    def _receive(self, w: _Worker, requests: list[ScoreRequest], outcomes: list,
+                 pending: deque[int]) -> None:
+        if not w.ready:
+            self._start_message(w)
+            return
+        while True:  # drain every answer already sent: one wake-up, several results
+            try:
+                message = w.conn.recv()
+            except (EOFError, OSError):  # the worker died while running the head request
+                index = w.in_flight.popleft()
+                code = self._abandon(w, pending)
+                outcomes[index] = self._outcome(requests[index], [],
+                                                f"verifier process died (exit code {code})")
+                return
+            index = w.finish_head()
+            outcomes[index] = self._outcome(requests[index], *message)
+            if not w.in_flight or not w.conn.poll():
+                return
+
+    def _start_message(self, w: _Worker) -> None:
+        try:
+            message = w.conn.recv()
+        except (EOFError, OSError):
+            message = None
+        if message is None or message[0] != "ready":
+            code = self._replace(w)
+            detail = message[1] if message else f"exit code {code}"
+            raise RuntimeError(f"a verifier worker failed to start: {detail}")
+        w.ready = True
+
+    def _abandon(self, w: _Worker, pending: deque[int]) -> int:
+        """Replace `w`; the requests queued behind its head never started: send them again."""
+        pending.extendleft(reversed(w.in_flight))
+        w.in_flight.clear()
+        return self._replace(w)
+
+    def _replace(self, w: _Worker) -> int:
+        """Kill `w`, start a fresh worker in its place; `w`'s exit code."""
+        code = w.kill()
+        self._workers[self._workers.index(w)] = _Worker(self._worker_config)
+        return code
+
+    def _outcome(self, request: ScoreRequest, scores: list[float], error: str | None,
+                 timed_out: bool = False) -> RewardOutcome:
+        from rlvr.types import RewardOutcome  # here, not at the top: see the module docstring
+
+        if timed_out:
+            self.num_timeouts += 1
+            log.warning("verifiers %s timed out after %.1f s on sample %s; worker replaced",
+                        ",".join(request.verifiers), self.timeout_s, request.sample_id)
+        elif error:
+            self.num_errors += 1
+            log.warning("verifier error on sample %s: %s", request.sample_id, error)
+        return RewardOutcome(score=AGGREGATORS[self.aggregator](scores) if scores else 0.0,
+                             error=error, timed_out=timed_out,
+                             per_verifier=dict(zip(request.verifiers, scores)))
+
+    def metrics_since_last(self) -> dict[str, int]:
+        """Errors and timeouts since the previous call (or construction)."""
+        errors = self.num_errors - self._reported[0]
+        timeouts = self.num_timeouts - self._reported[1]
         self._reported = (self.num_errors, self.num_timeouts)
-        return {"reward/verifier_errors": float(errors), "reward/verifier_timeouts": float(timeouts)}
+        return {"reward/verifier_errors": errors, "reward/verifier_timeouts": timeouts}
 
     def close(self) -> None:
-        for w in self._workers:
-            try:
-                w.conn.send(None)
-            except (BrokenPipeError, OSError):
-                pass
-            w.process.join(timeout=2)
-            if w.process.is_alive():
-                w.kill()
-        self._workers = []
-        self._in_process = False
+        """Kill the workers (they hold no state worth a graceful stop). Idempotent."""
+        self._closed = True
+        self._finalizer()
 
-    def __enter__(self) -> "RewardScorer":
+    def __enter__(self) -> RewardScorer:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:  # noqa: BLE001  (interpreter shutdown)
-            pass

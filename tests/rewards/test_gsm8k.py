@@ -1,0 +1,52 @@
+"""`gsm8k` / `last_number`: the completion's last number against a bare or `#### N` ground truth."""
+
+import pytest
+
+from rlvr.rewards import get_verifier
+from rlvr.rewards.gsm8k import parse_gold_number, parse_last_number
+
+
+@pytest.mark.parametrize("completion, truth, expected", [
+    ("The answer is 8.", "8", 1.0),  # a sentence's period is not a decimal point
+    ("3 + 5 = 8", "8", 1.0),  # the last number counts...
+    ("8 apples, no wait, 9", "8", 0.0),  # ...even when an earlier one was right
+    ("It costs 1,000 dollars", "1000", 1.0),  # thousands separators are stripped
+    ("It costs 1000 dollars", "1,000", 1.0),
+    ("1,234,567", "1234567", 1.0),
+    ("the change is -3", "-3", 1.0),  # sign kept
+    ("the change is 3", "-3", 0.0),
+    ("x=-3", "-3", 1.0),
+    ("10-3", "7", 0.0),  # a minus after a digit is subtraction: the last number is 3
+    ("10-3", "3", 1.0),
+    ("the change is \u22123", "-3", 1.0),  # unicode minus
+    ("about 2.50", "2.5", 1.0),  # decimals compare as numbers
+    ("$18.00.", "18", 1.0),
+    ("costs .5 dollars", "0.5", 1.0),
+    ("0.3333333", "0.3333334", 1.0),  # within the tolerance
+    ("0.33", "0.34", 0.0),
+    ("no number here", "4", 0.0),
+    ("", "4", 0.0),
+    ("16 - 3 - 4 = 9 eggs, making $18.", "Natalia sold 9 eggs...\n#### 18", 1.0),  # GSM8K gold
+    ("so 72", "She sold 48/2 = <<48/2=24>>24 clips in May.\n#### 72", 1.0),
+    ("so 24", "She sold 48/2 = <<48/2=24>>24 clips in May.\n#### 72", 0.0),
+])
+def test_last_number_verifier(completion, truth, expected):
+    assert get_verifier("gsm8k")(completion, truth) == expected
+    assert get_verifier("last_number")(completion, truth) == expected
+
+
+@pytest.mark.parametrize("text, value", [
+    ("1,0000", 0.0),  # not a thousands group: read as 1 and 0000
+    ("3.14.", 3.14),
+    ("(-2)", -2.0),
+    ("x" * 100_000 + " 5", 5.0),  # long input is linear, not catastrophic backtracking
+])
+def test_parse_last_number(text, value):
+    assert parse_last_number(text) == value
+
+
+def test_gold_without_a_number_raises_so_the_scorer_counts_an_error():
+    with pytest.raises(ValueError, match="holds no number"):
+        parse_gold_number("#### seventy")
+    with pytest.raises(ValueError, match="holds no number"):
+        get_verifier("gsm8k")("7", "seven")

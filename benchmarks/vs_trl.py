@@ -110,7 +110,7 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--group", type=int, default=8)
     parser.add_argument("--response-length", type=int, default=64)
-    parser.add_argument("--steps", type=int, default=3, help="timed steps after one warm-up")
+    parser.add_argument("--steps", type=int, default=2, help="timed steps after one warm-up")
     parser.add_argument("--learning-rate", type=float, default=1e-6)
     parser.add_argument("--output-dir", default="runs/bench_vs_trl")
     parser.add_argument("--child", choices=["rlvr", "trl"])

@@ -26,20 +26,20 @@ def _mixer():
     return PromptMixer([("p", [_prompt(i, "1") for i in range(5)], 1.0)], seed=0, shuffle=False)
 
 
-def test_without_active_sampling_one_draw():
+def _collect(active: ActiveSampling, num_prompts=2, mixer=None):
     with RewardScorer(num_workers=0) as scorer:
-        episodes, metrics = collect_episodes(ScriptedEngine(), scorer, _mixer().next_batch, 2,
-                                             SamplingParams(n=2, seed=0), RewardShaping(),
-                                             ActiveSampling(enabled=False))
+        return collect_episodes(ScriptedEngine(), scorer, (mixer or _mixer()).next_batch,
+                                num_prompts, SamplingParams(n=2, seed=0), RewardShaping(), active)
+
+
+def test_without_active_sampling_one_draw():
+    episodes, metrics = _collect(ActiveSampling(enabled=False))
     assert [g[0].prompt.id for g in episodes.groups] == ["p/0", "p/1"]
     assert metrics["batch/sampling_rounds"] == 1.0
 
 
 def test_active_sampling_draws_until_enough_groups_have_spread():
-    with RewardScorer(num_workers=0) as scorer:
-        episodes, metrics = collect_episodes(ScriptedEngine(), scorer, _mixer().next_batch, 2,
-                                             SamplingParams(n=2, seed=0), RewardShaping(),
-                                             ActiveSampling(enabled=True, max_rounds=4))
+    episodes, metrics = _collect(ActiveSampling(enabled=True, max_rounds=4))
     # Round 1 draws p0 (flat) and p1 (mixed); round 2 draws p2 (flat); round 3 draws p3 (mixed).
     assert [g[0].prompt.id for g in episodes.groups] == ["p/1", "p/3"]
     assert metrics["batch/sampling_rounds"] == 3.0 and metrics["batch/prompts_sampled"] == 4.0
@@ -47,19 +47,13 @@ def test_active_sampling_draws_until_enough_groups_have_spread():
 
 
 def test_active_sampling_is_bounded():
-    with RewardScorer(num_workers=0) as scorer:
-        episodes, metrics = collect_episodes(ScriptedEngine(), scorer, _mixer().next_batch, 2,
-                                             SamplingParams(n=2, seed=0), RewardShaping(),
-                                             ActiveSampling(enabled=True, max_rounds=2))
+    episodes, metrics = _collect(ActiveSampling(enabled=True, max_rounds=2))
     assert len(episodes.groups) == 1 and metrics["batch/active_sampling_shortfall"] == 1.0
 
 
 def test_solved_prompts_are_retired_from_later_draws():
     mixer = _mixer()
-    with RewardScorer(num_workers=0) as scorer:
-        episodes, _ = collect_episodes(ScriptedEngine(), scorer, mixer.next_batch, 5,
-                                       SamplingParams(n=2, seed=0), RewardShaping(),
-                                       ActiveSampling())
+    episodes, _ = _collect(ActiveSampling(), num_prompts=5, mixer=mixer)
     solved = solved_prompt_ids(episodes, pass_rate=1.0)
     assert solved == ["p/0", "p/4"]
     mixer.retire(solved)

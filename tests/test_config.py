@@ -72,3 +72,12 @@ def test_presets_merge_over_a_base_config():
     assert cfg.algorithm.advantage_normalization_type == "centered"
     assert cfg.algorithm.loss_denominator == 512.0
     assert cfg.rollout.response_length == 16  # from the base, untouched by the preset
+
+
+def test_rewards_section():
+    cfg = load_config(None, ["rewards.remap_verifier={math: gsm8k}", "rewards.timeout_s=3"])
+    assert cfg.rewards.remap_verifier == {"math": "gsm8k"} and cfg.rewards.timeout_s == 3.0
+    with pytest.raises(ConfigError, match="rewards.remap_verifier.math='nope'"):
+        load_config(None, ["rewards.remap_verifier={math: nope}"])
+    with pytest.raises(ConfigError, match="rewards.reward_aggregator"):
+        load_config(None, ["rewards.reward_aggregator=mean"])

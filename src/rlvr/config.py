@@ -68,6 +68,14 @@ class DataConfig:
 
 
 @dataclass
+class RewardsConfig:
+    num_workers: int = 2  # verifier worker processes; 0 runs verifiers in-process, unbounded
+    timeout_s: float = 10.0  # wall-clock limit per completion; past it the score is 0, counted
+    reward_aggregator: str = "last"  # last | sum: how the scores of a row's verifiers combine
+    remap_verifier: dict[str, str] = field(default_factory=dict)  # row's name -> verifier used
+
+
+@dataclass
 class RolloutConfig:
     engine: str = "transformers"
     num_unique_prompts_rollout: int = 8
@@ -158,6 +166,7 @@ class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    rewards: RewardsConfig = field(default_factory=RewardsConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
@@ -233,6 +242,18 @@ def _choice(errors: list[str], name: str, value: object, allowed: set | list) ->
         errors.append(f"{name}={value!r} is not one of {sorted(allowed)}")
 
 
+def _check_rewards(errors: list[str], rw: RewardsConfig) -> None:
+    from rlvr.rewards import is_known_verifier
+    from rlvr.rewards.scorer import AGGREGATORS
+
+    _choice(errors, "rewards.reward_aggregator", rw.reward_aggregator, set(AGGREGATORS))
+    if rw.num_workers < 0 or rw.timeout_s <= 0:
+        errors.append("rewards.num_workers must be >= 0 and rewards.timeout_s > 0")
+    for source, target in rw.remap_verifier.items():
+        if not is_known_verifier(target):
+            errors.append(f"rewards.remap_verifier.{source}={target!r} is not a known verifier")
+
+
 def validate(cfg: Config) -> None:
     """Cross-field rules. Collects every problem, then fails once naming all the fields."""
     from rlvr.algorithm.losses import POLICY_LOSSES
@@ -252,6 +273,7 @@ def validate(cfg: Config) -> None:
                       f"{a.rho_clamp_upper} need 0 <= lower < upper")
     _choice(errors, "optimizer.lr_scheduler_type", o.lr_scheduler_type, set(SCHEDULES))
     _choice(errors, "rollout.engine", r.engine, set(ENGINES))
+    _check_rewards(errors, cfg.rewards)
     _choice(errors, "model.dtype", cfg.model.dtype, {"float32", "bfloat16"})
     _choice(errors, "rollout.dtype", r.dtype, {"float32", "bfloat16"})
     _choice(errors, "data.on_bad_row", cfg.data.on_bad_row, {"error", "skip"})

@@ -72,7 +72,8 @@ def build_run(cfg: Config) -> Run:
     write_text_atomic(output_dir / "config.yaml", to_yaml(cfg))
     model_dir = resolve_model_dir(cfg.model.name_or_path)
     tokenizer = load_tokenizer(model_dir)
-    data = build_datasets(cfg.data, tokenizer, cfg.experiment.seed)
+    data = build_datasets(cfg.data, tokenizer, cfg.experiment.seed,
+                          remap_verifier=cfg.rewards.remap_verifier)
     policy = load_causal_lm(model_dir, cfg.model.dtype)
     reference = Learner.frozen_copy(policy) if cfg.algorithm.beta > 0 else None
     opt = cfg.optimizer
@@ -87,7 +88,8 @@ def build_run(cfg: Config) -> Run:
     eos_ids = tuple(sorted({tokenizer.eos_token_id} | _generation_eos_ids(policy)))
     engine = create_engine(cfg.rollout.engine, model_dir, cfg.rollout, eos_ids,
                            tokenizer.pad_token_id)
-    scorer = RewardScorer(num_workers=2, timeout_s=10.0)
+    scorer = RewardScorer(num_workers=cfg.rewards.num_workers, timeout_s=cfg.rewards.timeout_s,
+                          aggregator=cfg.rewards.reward_aggregator)
     logger = MetricsLogger(build_sinks(cfg, output_dir, to_dict(cfg)))
     return Run(cfg=cfg, output_dir=output_dir, tokenizer=tokenizer, data=data, learner=learner,
                engine=engine, scorer=scorer, logger=logger,

@@ -106,3 +106,10 @@ def test_build_datasets_holds_out_eval_prompts():
     assert len(bundle.eval_prompts) == 16 and bundle.train_sizes == {"addition": 1984}
     held = {p.id for p in bundle.eval_prompts}
     assert not held & {p.id for p in bundle.train.next_batch(500)}
+
+
+def test_remap_verifier_renames_row_verifiers():
+    cfg = DataConfig(train=[DataSourceConfig(name="addition")], eval_holdout=4,
+                     max_prompt_length=200)
+    bundle = build_datasets(cfg, FakeTokenizer(), seed=0, remap_verifier={"last_number": "gsm8k"})
+    assert {p.verifiers for p in bundle.eval_prompts} == {("gsm8k",)}

@@ -3,7 +3,7 @@ prompts -> a weighted training mixture and a held-out evaluation set."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from rlvr.config import DataConfig, DataSourceConfig
 from rlvr.data.builtin import BUILTIN_SOURCES
@@ -35,21 +35,31 @@ def load_source(src: DataSourceConfig, seed: int, on_bad_row: str = "error",
     return load_file_source(src, on_bad_row)
 
 
-def build_datasets(cfg: DataConfig, tokenizer, seed: int) -> DataBundle:
+def _remap(examples: list[Example], remap: dict[str, str]) -> list[Example]:
+    if not remap:
+        return examples
+    return [replace(e, verifiers=tuple(remap.get(v, v) for v in e.verifiers)) for e in examples]
+
+
+def build_datasets(cfg: DataConfig, tokenizer, seed: int,
+                   remap_verifier: dict[str, str] | None = None) -> DataBundle:
+    """`remap_verifier` renames the verifiers rows name (e.g. a dataset labelled `math` scored
+    by `strict_math`)."""
+    remap = remap_verifier or {}
     dropped = bad = 0
     train: list[tuple[str, list[Prompt], float]] = []
     for src in cfg.train:
         examples, n_bad = load_source(src, seed, cfg.on_bad_row)
-        prompts, n_drop = tokenize_examples(examples, tokenizer, cfg.max_prompt_length,
-                                            cfg.system_prompt)
+        prompts, n_drop = tokenize_examples(_remap(examples, remap), tokenizer,
+                                            cfg.max_prompt_length, cfg.system_prompt)
         train.append((src.name, prompts, src.weight))
         dropped, bad = dropped + n_drop, bad + n_bad
     eval_prompts: list[Prompt] = []
     if cfg.eval:
         for src in cfg.eval:
             examples, n_bad = load_source(src, seed, cfg.on_bad_row)
-            prompts, n_drop = tokenize_examples(examples, tokenizer, cfg.max_prompt_length,
-                                                cfg.system_prompt)
+            prompts, n_drop = tokenize_examples(_remap(examples, remap), tokenizer,
+                                                cfg.max_prompt_length, cfg.system_prompt)
             eval_prompts += prompts
             dropped, bad = dropped + n_drop, bad + n_bad
     elif cfg.eval_holdout > 0:

@@ -141,6 +141,10 @@ class CheckpointConfig:
     save_freq: int = 0  # steps between model saves; 0: only the final model
     keep_last_n_checkpoints: int = 3  # -1 keeps all
     save_final: bool = True
+    checkpoint_state_freq: int = 0  # steps between full training-state saves; 0 disables
+    checkpoint_state_dir: Optional[str] = None  # default: <output_dir>/state
+    keep_last_n_states: int = 2
+    resume: bool = True  # continue from the latest good state in checkpoint_state_dir
 
 
 @dataclass
@@ -338,6 +342,8 @@ def validate(cfg: Config) -> None:
     for i, src in enumerate(cfg.data.train + cfg.data.eval):
         if src.weight <= 0:
             errors.append(f"data source '{src.name}' weight={src.weight} must be > 0")
+    if cfg.checkpoint.checkpoint_state_freq < 0 or cfg.checkpoint.keep_last_n_states < 1:
+        errors.append("checkpoint.checkpoint_state_freq must be >= 0 and keep_last_n_states >= 1")
     if cfg.checkpoint.save_freq < 0 or cfg.eval.local_eval_every < 0:
         errors.append("checkpoint.save_freq and eval.local_eval_every must be >= 0")
     if cfg.checkpoint.keep_last_n_checkpoints == 0 or cfg.checkpoint.keep_last_n_checkpoints < -1:

@@ -28,11 +28,12 @@ from rlvr.data import DataBundle, build_datasets
 from rlvr.episodes import RewardShaping, episode_metrics
 from rlvr.evaluation import evaluate
 from rlvr.learner import Learner, LearnerSettings, UpdateResult
-from rlvr.metrics import MetricsLogger, StepTimer
+from rlvr.metrics import JsonlSink, MetricsLogger, StepTimer
 from rlvr.models import load_causal_lm, load_tokenizer, resolve_model_dir
 from rlvr.rewards.scorer import RewardScorer
 from rlvr.rollout import RolloutEngine, create_engine
 from rlvr.sampling import ActiveSampling, collect_episodes, solved_prompt_ids
+from rlvr.state import TrainingState, capture_rng, load_latest_state, restore_rng, save_state
 from rlvr.throughput import ModelShape, learner_throughput
 from rlvr.tracking import build_sinks
 from rlvr.types import SamplingParams
@@ -53,7 +54,9 @@ class Run:
     scorer: RewardScorer
     logger: MetricsLogger
     model_shape: ModelShape
+    state_dir: Path
     episode: int = 0
+    start_step: int = 0  # the step a resumed run continues after
     history: list[dict[str, float]] = field(default_factory=list)
 
 
@@ -90,10 +93,41 @@ def build_run(cfg: Config) -> Run:
                            tokenizer.pad_token_id)
     scorer = RewardScorer(num_workers=cfg.rewards.num_workers, timeout_s=cfg.rewards.timeout_s,
                           aggregator=cfg.rewards.reward_aggregator)
+    state_dir = Path(cfg.checkpoint.checkpoint_state_dir or output_dir / "state")
+    state = load_latest_state(state_dir) if cfg.checkpoint.resume else None
+    if state is not None:  # before the sink opens the file: drop steps the state does not hold
+        JsonlSink.truncate_after(output_dir / "metrics.jsonl", state.step)
     logger = MetricsLogger(build_sinks(cfg, output_dir, to_dict(cfg)))
-    return Run(cfg=cfg, output_dir=output_dir, tokenizer=tokenizer, data=data, learner=learner,
-               engine=engine, scorer=scorer, logger=logger,
-               model_shape=ModelShape.of(policy))
+    run = Run(cfg=cfg, output_dir=output_dir, tokenizer=tokenizer, data=data, learner=learner,
+              engine=engine, scorer=scorer, logger=logger, model_shape=ModelShape.of(policy),
+              state_dir=state_dir)
+    if state is not None:
+        restore_state(run, state)
+    return run
+
+
+def restore_state(run: Run, state: TrainingState) -> None:
+    learner = run.learner
+    learner.policy.load_state_dict(state.policy)
+    if learner.reference is not None and state.reference is not None:
+        learner.reference.load_state_dict(state.reference)
+    learner.optimizer.load_state_dict(state.optimizer)
+    learner.scheduler.load_state_dict(state.scheduler)
+    run.data.train.load_state_dict(state.mixer)
+    restore_rng(state.rng)
+    run.episode, run.start_step = state.episode, state.step
+    run.engine.update_weights(learner.named_weights(), version=state.step)
+    log.info("resumed from the training state of step %d in %s", state.step, run.state_dir)
+
+
+def capture_state(run: Run, step: int) -> TrainingState:
+    learner = run.learner
+    return TrainingState(
+        step=step, episode=run.episode, mixer=run.data.train.state_dict(),
+        policy=learner.policy.state_dict(),
+        reference=learner.reference.state_dict() if learner.reference is not None else None,
+        optimizer=learner.optimizer.state_dict(), scheduler=learner.scheduler.state_dict(),
+        rng=capture_rng())
 
 
 def _generation_eos_ids(model: torch.nn.Module) -> set[int]:
@@ -191,13 +225,9 @@ def train(cfg: Config) -> Run:
     """Train for `cfg.num_training_steps` steps; returns the run (history, output dir)."""
     run = build_run(cfg)
     try:
-        start = {"data/dropped_too_long": float(run.data.num_dropped_too_long),
-                 "data/bad_rows": float(run.data.num_bad_rows)}
-        if cfg.eval.eval_at_start and run.data.eval_prompts:
-            start.update(run_eval(run))
-        run.logger.log(0, {**start, "episode": 0.0})
-        run.history.append({"training_step": 0, **start})
-        for step in range(1, cfg.num_training_steps + 1):
+        if run.start_step == 0:
+            _log_start(run)
+        for step in range(run.start_step + 1, cfg.num_training_steps + 1):
             metrics = one_training_step(run, step)
             if _due(cfg.eval.local_eval_every, step, cfg.num_training_steps):
                 metrics.update(run_eval(run))
@@ -206,6 +236,10 @@ def train(cfg: Config) -> Run:
                                       cfg.checkpoint.keep_last_n_checkpoints)
             run.logger.log(step, metrics)
             run.history.append({"training_step": step, **metrics})
+            if cfg.checkpoint.checkpoint_state_freq and (
+                    step % cfg.checkpoint.checkpoint_state_freq == 0):
+                save_state(capture_state(run, step), run.state_dir,
+                           cfg.checkpoint.keep_last_n_states)
         if cfg.checkpoint.save_final:
             save_final_model(run.learner.policy, run.tokenizer, run.output_dir)
     finally:
@@ -213,6 +247,16 @@ def train(cfg: Config) -> Run:
         run.scorer.close()
         run.engine.close()
     return run
+
+
+def _log_start(run: Run) -> None:
+    """Step 0: data counts and the untrained model's eval, the baseline of the curve."""
+    start = {"data/dropped_too_long": float(run.data.num_dropped_too_long),
+             "data/bad_rows": float(run.data.num_bad_rows)}
+    if run.cfg.eval.eval_at_start and run.data.eval_prompts:
+        start.update(run_eval(run))
+    run.logger.log(0, {**start, "episode": 0.0})
+    run.history.append({"training_step": 0, **start})
 
 
 def _due(every: int, step: int, last: int) -> bool:

@@ -1,0 +1,63 @@
+"""Exact resume: a run killed with SIGKILL after step 3 and rerun matches an uninterrupted one;
+a state damaged mid-save is skipped for the one before."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import torch
+from safetensors.torch import load_file
+
+from rlvr.state import list_states, load_latest_state
+
+# Numbers that depend on wall time, not on the training.
+TIMING = ("time/", "learner_tokens_per_second_step", "learner_mfu")
+
+
+def _cmd(out, episodes=96):
+    return [sys.executable, "-m", "rlvr.cli", "train", "configs/tiny.yaml",
+            f"experiment.output_dir={out}", f"experiment.total_episodes={episodes}",
+            "rollout.response_length=48", "checkpoint.checkpoint_state_freq=1",
+            "algorithm.filter_zero_std_samples=false", "logging.progress_bar=false",
+            "eval.local_eval_every=0", "checkpoint.save_freq=0"]
+
+
+def _metrics(out):
+    rows = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if not k.startswith(TIMING)} for r in rows]
+
+
+def test_sigkill_after_step_3_then_resume_is_exact(tmp_path):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
+    subprocess.run(_cmd(straight), check=True, env=env, capture_output=True)
+    proc = subprocess.Popen(_cmd(killed), env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not (killed / "state" / "step_000003").exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert proc.poll() is None, "the run ended before it could be killed"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (killed / "final").exists()
+    subprocess.run(_cmd(killed), check=True, env=env, capture_output=True)
+    expected, resumed = _metrics(straight), _metrics(killed)
+    assert [r["training_step"] for r in resumed] == [0, 1, 2, 3, 4, 5, 6]  # no gap, no repeat
+    assert resumed[4:] == expected[4:]
+    a = load_file(straight / "final" / "model.safetensors")
+    b = load_file(killed / "final" / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_damaged_state_falls_back_to_the_previous_one(tmp_path, caplog):
+    subprocess.run(_cmd(tmp_path, episodes=32), check=True, capture_output=True)
+    states = list_states(tmp_path / "state")
+    assert [p.name for p in states] == ["step_000001", "step_000002"]
+    # A crash mid-write of the newest state's optimizer file: truncated bytes.
+    trainer = states[-1] / "trainer.pt"
+    trainer.write_bytes(trainer.read_bytes()[:100])
+    state = load_latest_state(tmp_path / "state")
+    assert state.step == 1 and "does not match its checksum" in caplog.text

@@ -61,3 +61,40 @@ def test_a_damaged_state_falls_back_to_the_previous_one(tmp_path, caplog):
     trainer.write_bytes(trainer.read_bytes()[:100])
     state = load_latest_state(tmp_path / "state")
     assert state.step == 1 and "does not match its checksum" in caplog.text
+
+
+def test_sigterm_finishes_the_step_saves_state_and_says_how_to_resume(tmp_path):
+    cmd = _cmd(tmp_path, episodes=16 * 40) + ["checkpoint.checkpoint_state_freq=0"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    metrics = tmp_path / "metrics.jsonl"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and (
+            not metrics.exists() or len(metrics.read_text().splitlines()) < 3):
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM
+    assert "stopped by SIGTERM after step" in err and "rerun the same command" in err
+    step = load_latest_state(tmp_path / "state").step
+    assert len(_metrics(tmp_path)) == step + 1  # every finished step logged, no more
+    subprocess.run(cmd, check=True, capture_output=True)
+    assert [r["training_step"] for r in _metrics(tmp_path)] == list(range(41))
+
+
+def test_repeated_non_finite_gradients_abort_keeping_the_last_good_state(tmp_path, capsys):
+    from rlvr.cli import main
+
+    # A learning rate this large turns the weights to inf after one update: every later
+    # gradient is non-finite and skipped, until the run gives up.
+    code = main(["train", "configs/tiny.yaml", f"experiment.output_dir={tmp_path}",
+                 "experiment.total_episodes=160", "optimizer.learning_rate=1e30",
+                 "optimizer.max_consecutive_skipped_steps=2", "checkpoint.checkpoint_state_freq=1",
+                 "algorithm.filter_zero_std_samples=false", "logging.progress_bar=false",
+                 "eval.local_eval_every=0", "checkpoint.save_freq=0"])
+    assert code == 3 and "non-finite gradients in 2 consecutive steps" in capsys.readouterr().err
+    rows = _metrics(tmp_path)
+    skipped = [r["training_step"] for r in rows if r.get("optim/skipped_steps")]
+    assert len(skipped) == 2 and skipped[-1] == rows[-1]["training_step"]
+    # The newest state is from before the skipped steps.
+    assert load_latest_state(tmp_path / "state").step == skipped[0] - 1
+    assert not (tmp_path / "final").exists()

@@ -14,6 +14,7 @@ import sys
 
 from rlvr.config import ConfigError, load_config, to_yaml
 from rlvr.data.errors import DataError
+from rlvr.interrupts import NumericalFault, TrainingInterrupted
 
 
 def _quiet_libraries() -> None:
@@ -115,6 +116,12 @@ def main(argv: list[str] | None = None) -> int:
     except (FileNotFoundError, DataError) as e:
         print(f"rlvr: {e}", file=sys.stderr)
         return 2
+    except TrainingInterrupted as e:
+        print(f"rlvr: {e}", file=sys.stderr)
+        return e.exit_code
+    except NumericalFault as e:
+        print(f"rlvr: {e}", file=sys.stderr)
+        return 3
 
 
 if __name__ == "__main__":

@@ -126,6 +126,7 @@ class OptimizerConfig:
     warm_up_steps: int = 0
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
+    max_consecutive_skipped_steps: int = 3  # non-finite gradients this many steps in a row: abort
     adam_beta1: float = 0.9
     adam_beta2: float = 0.999
     adam_eps: float = 1e-8
@@ -293,6 +294,7 @@ def validate(cfg: Config) -> None:
         "algorithm.pack_length": a.pack_length,
         "data.max_prompt_length": cfg.data.max_prompt_length,
         "optimizer.learning_rate": o.learning_rate,
+        "optimizer.max_consecutive_skipped_steps": o.max_consecutive_skipped_steps,
     }
     errors += [f"{k}={v} must be > 0" for k, v in positive.items() if v <= 0]
     if r.temperature <= 0:

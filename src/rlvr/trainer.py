@@ -27,6 +27,7 @@ from rlvr.config import Config, to_dict, to_yaml
 from rlvr.data import DataBundle, build_datasets
 from rlvr.episodes import RewardShaping, episode_metrics
 from rlvr.evaluation import evaluate
+from rlvr.interrupts import NumericalFault, StopOnSignal, TrainingInterrupted
 from rlvr.learner import Learner, LearnerSettings, UpdateResult
 from rlvr.metrics import JsonlSink, MetricsLogger, StepTimer
 from rlvr.models import load_causal_lm, load_tokenizer, resolve_model_dir
@@ -225,21 +226,8 @@ def train(cfg: Config) -> Run:
     """Train for `cfg.num_training_steps` steps; returns the run (history, output dir)."""
     run = build_run(cfg)
     try:
-        if run.start_step == 0:
-            _log_start(run)
-        for step in range(run.start_step + 1, cfg.num_training_steps + 1):
-            metrics = one_training_step(run, step)
-            if _due(cfg.eval.local_eval_every, step, cfg.num_training_steps):
-                metrics.update(run_eval(run))
-            if cfg.checkpoint.save_freq and step % cfg.checkpoint.save_freq == 0:
-                save_model_checkpoint(run.learner.policy, run.tokenizer, run.output_dir, step,
-                                      cfg.checkpoint.keep_last_n_checkpoints)
-            run.logger.log(step, metrics)
-            run.history.append({"training_step": step, **metrics})
-            if cfg.checkpoint.checkpoint_state_freq and (
-                    step % cfg.checkpoint.checkpoint_state_freq == 0):
-                save_state(capture_state(run, step), run.state_dir,
-                           cfg.checkpoint.keep_last_n_states)
+        with StopOnSignal() as stop:
+            _train_loop(run, stop)
         if cfg.checkpoint.save_final:
             save_final_model(run.learner.policy, run.tokenizer, run.output_dir)
     finally:
@@ -247,6 +235,34 @@ def train(cfg: Config) -> Run:
         run.scorer.close()
         run.engine.close()
     return run
+
+
+def _train_loop(run: Run, stop: StopOnSignal) -> None:
+    cfg = run.cfg
+    if run.start_step == 0:
+        _log_start(run)
+    skipped_in_a_row = 0
+    for step in range(run.start_step + 1, cfg.num_training_steps + 1):
+        metrics = one_training_step(run, step)
+        if _due(cfg.eval.local_eval_every, step, cfg.num_training_steps):
+            metrics.update(run_eval(run))
+        if cfg.checkpoint.save_freq and step % cfg.checkpoint.save_freq == 0:
+            save_model_checkpoint(run.learner.policy, run.tokenizer, run.output_dir, step,
+                                  cfg.checkpoint.keep_last_n_checkpoints)
+        run.logger.log(step, metrics)
+        run.history.append({"training_step": step, **metrics})
+        skipped_in_a_row = skipped_in_a_row + 1 if metrics.get("optim/skipped_steps") else 0
+        if skipped_in_a_row >= cfg.optimizer.max_consecutive_skipped_steps:
+            # No state is saved for these steps: the last good one stays the latest.
+            raise NumericalFault(
+                f"non-finite gradients in {skipped_in_a_row} consecutive steps (up to step "
+                f"{step}); the last good training state is in {run.state_dir}")
+        freq = cfg.checkpoint.checkpoint_state_freq
+        due = (freq and step % freq == 0) or stop.signum is not None
+        if due and not skipped_in_a_row:  # a skipped update is never the "last good" state
+            save_state(capture_state(run, step), run.state_dir, cfg.checkpoint.keep_last_n_states)
+        if stop.signum is not None and step < cfg.num_training_steps:
+            raise TrainingInterrupted(stop.signum, step, str(run.state_dir))
 
 
 def _log_start(run: Run) -> None:

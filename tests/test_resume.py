@@ -98,3 +98,38 @@ def test_repeated_non_finite_gradients_abort_keeping_the_last_good_state(tmp_pat
     # The newest state is from before the skipped steps.
     assert load_latest_state(tmp_path / "state").step == skipped[0] - 1
     assert not (tmp_path / "final").exists()
+
+
+DIE_MID_SAVE = '''
+import os, signal, sys
+import rlvr.state as state
+real_save = state.save_file
+
+def save_then_die(tensors, path, *args, **kwargs):
+    if "step_000003" in str(path):  # half a file, then the process is killed
+        with open(path, "wb") as f:
+            f.write(b"partial")
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real_save(tensors, path, *args, **kwargs)
+
+state.save_file = save_then_die
+from rlvr.cli import main
+sys.exit(main(sys.argv[1:]))
+'''
+
+
+def test_killed_in_the_middle_of_a_state_save_resumes_from_the_previous_state(tmp_path):
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
+    subprocess.run(_cmd(straight), check=True, capture_output=True)
+    script = tmp_path / "die_mid_save.py"
+    script.write_text(DIE_MID_SAVE)
+    died = subprocess.run([sys.executable, str(script), *_cmd(killed)[3:]], capture_output=True)
+    assert died.returncode == -signal.SIGKILL
+    assert [p.name for p in list_states(killed / "state")] == ["step_000001", "step_000002"]
+    assert (killed / "state" / ".tmp-step_000003").exists()  # the torn save, never renamed in
+    resumed = subprocess.run(_cmd(killed), check=True, capture_output=True, text=True)
+    assert "resumed from the training state of step 2" in resumed.stderr
+    assert _metrics(killed)[3:] == _metrics(straight)[3:]
+    a = load_file(straight / "final" / "model.safetensors")
+    b = load_file(killed / "final" / "model.safetensors")
+    assert all(torch.equal(a[k], b[k]) for k in a)

@@ -63,6 +63,7 @@ def test_datasets_directory(tmp_path):
     ({**GOOD, "messages": [{"role": "user"}]}, "messages", "'content'"),
     ({**GOOD, "dataset": "no_such_verifier"}, "dataset", "unknown verifier"),
     ({"ground_truth": "2", "dataset": "gsm8k"}, "messages", "missing"),
+    ({**GOOD, "ground_truth": "two"}, "ground_truth", "the 'gsm8k' verifier cannot use it"),
 ])
 def test_bad_rows_name_file_row_and_field(tmp_path, row, field, problem):
     path = _jsonl(tmp_path, [GOOD, GOOD, row])

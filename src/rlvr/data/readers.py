@@ -108,9 +108,25 @@ def row_to_example(row: Any, src: DataSourceConfig, source: str, index: int) -> 
     where = (source, index)
     if not isinstance(row, dict):
         raise DataError(source, index, None, f"expected an object, got {type(row).__name__}")
-    return Example(id=f"{src.name}/{index}", messages=_messages(row, src, where),
-                   ground_truth=_ground_truth(row, src, where),
-                   verifiers=_verifiers(row, src, where), source=src.name)
+    example = Example(id=f"{src.name}/{index}", messages=_messages(row, src, where),
+                      ground_truth=_ground_truth(row, src, where),
+                      verifiers=_verifiers(row, src, where), source=src.name)
+    _check_ground_truth(example, src, where)
+    return example
+
+
+def _check_ground_truth(example: Example, src: DataSourceConfig, where: tuple[str, int]) -> None:
+    from rlvr.rewards.registry import GROUND_TRUTH_CHECKS
+
+    for name in example.verifiers:
+        check = GROUND_TRUTH_CHECKS.get(name)
+        if check is None:
+            continue
+        try:
+            check(example.ground_truth)
+        except ValueError as e:
+            raise DataError(*where, src.ground_truth_field,
+                            f"the '{name}' verifier cannot use it: {e}") from None
 
 
 def read_rows(src: DataSourceConfig) -> Iterator[tuple[int, Any]]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import re
 
-from rlvr.rewards.registry import register_verifier
+from rlvr.rewards.registry import register_ground_truth_check, register_verifier
 
 # An optional sign, digits with optional thousands commas, an optional decimal part; or `.5`.
 # The sign counts only where it cannot be a binary minus: `5-3` is 5 and 3, `x=-3` is -3.
@@ -35,6 +35,7 @@ def parse_last_number(text: str) -> float | None:
     return float(last.group().replace(",", "").replace("\u2212", "-"))
 
 
+@register_ground_truth_check("gsm8k", "last_number")
 def parse_gold_number(ground_truth: str) -> float:
     """The number a ground truth holds: bare (`72`) or GSM8K's solution ending in `#### 72`."""
     value = parse_last_number(ground_truth.rpartition("####")[2])

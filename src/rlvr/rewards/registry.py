@@ -39,6 +39,21 @@ def register_verifier(name: str) -> Callable[[Verifier], Verifier]:
     return register
 
 
+# Cheap checks that a ground truth is usable by a verifier, run when data is loaded so a row the
+# verifier could never score fails up front with its file, row and field (raise ValueError).
+GROUND_TRUTH_CHECKS: dict[str, Callable[[str], object]] = {}
+
+
+def register_ground_truth_check(*names: str) -> Callable[[Callable[[str], object]],
+                                                         Callable[[str], object]]:
+    def register(check: Callable[[str], object]) -> Callable[[str], object]:
+        for name in names:
+            GROUND_TRUTH_CHECKS[name] = check
+        return check
+
+    return register
+
+
 def get_verifier(name: str) -> Verifier:
     """The verifier called `name`; KeyError listing the known names if there is none."""
     if name in VERIFIERS:

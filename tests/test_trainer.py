@@ -38,8 +38,9 @@ def test_bad_dataset_row_fails_before_training_naming_file_row_field(tmp_path, c
     data = tmp_path / "bad.jsonl"
     data.write_text('{"prompt": "1+1?", "ground_truth": "2", "dataset": "gsm8k"}\n'
                     '{"prompt": "2+2?", "dataset": "gsm8k"}\n')
+    # A model that cannot be loaded offline: the data error must come first.
     code = main(["train", "configs/tiny.yaml", f"experiment.output_dir={tmp_path / 'run'}",
-                 f"data.train=[{{name: {data}}}]"])
+                 f"data.train=[{{name: {data}}}]", "model.name_or_path=/nonexistent/model"])
     assert code == 2
     assert f"{data} row 1 field 'ground_truth': missing" in capsys.readouterr().err
     assert not (tmp_path / "run" / "metrics.jsonl").exists()

@@ -24,7 +24,7 @@ from rlvr.algorithm.losses import (LossParams, compute_policy_loss, normalizatio
 from rlvr.batching import BatchSettings, build_training_batch
 from rlvr.checkpoint import save_final_model, save_model_checkpoint, write_text_atomic
 from rlvr.config import Config, to_dict, to_yaml
-from rlvr.data import DataBundle, build_datasets
+from rlvr.data import DataBundle, load_datasets, tokenize_datasets
 from rlvr.episodes import RewardShaping, episode_metrics
 from rlvr.evaluation import evaluate
 from rlvr.interrupts import NumericalFault, StopOnSignal, TrainingInterrupted
@@ -74,10 +74,11 @@ def build_run(cfg: Config) -> Run:
     output_dir = Path(cfg.experiment.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     write_text_atomic(output_dir / "config.yaml", to_yaml(cfg))
+    # Data first: a bad row fails before any model (or a 45 s conversion) is touched.
+    loaded = load_datasets(cfg.data, cfg.experiment.seed, cfg.rewards.remap_verifier)
     model_dir = resolve_model_dir(cfg.model.name_or_path)
     tokenizer = load_tokenizer(model_dir)
-    data = build_datasets(cfg.data, tokenizer, cfg.experiment.seed,
-                          remap_verifier=cfg.rewards.remap_verifier)
+    data = tokenize_datasets(loaded, cfg.data, tokenizer, cfg.experiment.seed)
     policy = load_causal_lm(model_dir, cfg.model.dtype)
     reference = Learner.frozen_copy(policy) if cfg.algorithm.beta > 0 else None
     opt = cfg.optimizer

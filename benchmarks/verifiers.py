@@ -31,10 +31,7 @@ def math_requests(n: int, rng: random.Random) -> list[ScoreRequest]:
 
 
 def if_requests(n: int, rng: random.Random) -> list[ScoreRequest]:
-    import rlvr.rewards.ifeval  # noqa: F401  (registers the verifier)
-    from rlvr.data.if_tasks import IF_SOURCES
-
-    examples = IF_SOURCES["ifeval_generated"]("train", 0)
+    examples, _ = load_source(DataSourceConfig(name="ifeval_generated", split="train"), seed=0)
     words = "the quick brown fox jumps over a lazy dog while rivers run to the sea".split()
     out = []
     for i in range(n):
@@ -64,10 +61,7 @@ def main() -> None:
     args = parser.parse_args()
     rng = random.Random(0)
     measure("math", math_requests(args.n, rng), args.workers)
-    try:
-        measure("if", if_requests(args.n, rng), args.workers)
-    except ImportError as e:
-        print(f"if    skipped: {e}")
+    measure("if", if_requests(args.n, rng), args.workers)
 
 
 if __name__ == "__main__":

@@ -59,3 +59,18 @@ def test_smollm2_trains_one_step(tmp_path):
     last = run.history[-1]
     assert last["training_step"] == 1 and "eval/scores" in last and "loss/policy_avg" in last
     assert 0.0 <= last["objective/verifiable_reward"] <= 1.0
+
+
+@pytest.mark.parametrize("task", ["ifeval_generated", "code_simple"])
+def test_tiny_trains_on_instruction_following_and_code(tmp_path, task):
+    """The IF and code datasets run end to end: generation, their verifiers, an update, eval."""
+    cfg = load_config("configs/tiny.yaml", [
+        f"experiment.output_dir={tmp_path}", "experiment.total_episodes=32",
+        f"data.train=[{{name: {task}}}]", "data.max_prompt_length=256", "algorithm.pack_length=512",
+        "algorithm.filter_zero_std_samples=false", "eval.local_eval_every=2",
+        "logging.progress_bar=false", "checkpoint.save_final=false"])
+    run = train(cfg)
+    last = run.history[-1]
+    assert last["training_step"] == 2 and "eval/scores" in last and "loss/policy_avg" in last
+    assert all(r.get("reward/verifier_errors", 0.0) == 0.0 for r in run.history)
+    assert all(r.get("reward/verifier_timeouts", 0.0) == 0.0 for r in run.history)

@@ -73,6 +73,11 @@ class RewardsConfig:
     timeout_s: float = 10.0  # wall-clock limit per completion; past it the score is 0, counted
     reward_aggregator: str = "last"  # last | sum: how the scores of a row's verifiers combine
     remap_verifier: dict[str, str] = field(default_factory=dict)  # row's name -> verifier used
+    # R1 format <think>..</think><answer>..</answer>: additive adds the bonus below when it holds;
+    # otherwise the format gates the verifier score (no format, no reward).
+    apply_r1_style_format_reward: bool = False
+    r1_style_format_reward: float = 1.0
+    additive_format_reward: bool = False
 
 
 @dataclass
@@ -85,7 +90,16 @@ class RolloutConfig:
     top_p: float = 1.0
     stop_strings: list[str] = field(default_factory=list)
     dtype: str = "float32"  # engine's own copy of the weights: float32 | bfloat16
-    max_batch_rows: int = 256  # sequences decoded together
+    max_batch_rows: int = 256  # sequences decoded together (transformers engine)
+    # Asynchronous generation: batches for steps t+1..t+async_steps are generated while step t
+    # trains; results older than async_steps are dropped. 0 is synchronous and reproducible.
+    async_steps: int = 0
+    inflight_updates: bool = False  # new weights may load between tokens of a generation
+    # vLLM engine (rollout.engine=vllm)
+    vllm_kv_cache_gb: float = 1.0  # KV cache size; always set, or vLLM reserves most of RAM
+    vllm_max_model_len: int = 1024  # prompt + response tokens
+    vllm_enable_prefix_caching: bool = True
+    vllm_cpu_threads_bind: str = ""  # e.g. "0-1"; empty binds every core
 
 
 @dataclass
@@ -247,6 +261,22 @@ def _choice(errors: list[str], name: str, value: object, allowed: set | list) ->
         errors.append(f"{name}={value!r} is not one of {sorted(allowed)}")
 
 
+def _check_async(errors: list[str], cfg: Config) -> None:
+    r = cfg.rollout
+    if r.async_steps < 0:
+        errors.append(f"rollout.async_steps={r.async_steps} must be >= 0")
+    if r.inflight_updates and r.async_steps == 0:
+        errors.append("rollout.inflight_updates needs rollout.async_steps >= 1 (with synchronous "
+                      "generation no weights change while generating)")
+    if r.async_steps > 0 and cfg.algorithm.active_sampling:
+        errors.append("algorithm.active_sampling with rollout.async_steps > 0 is not supported: "
+                      "use one or the other")
+    if r.engine == "vllm" and r.vllm_max_model_len < cfg.data.max_prompt_length + r.response_length:
+        errors.append(f"rollout.vllm_max_model_len={r.vllm_max_model_len} is below "
+                      f"data.max_prompt_length + rollout.response_length = "
+                      f"{cfg.data.max_prompt_length + r.response_length}")
+
+
 def _check_rewards(errors: list[str], rw: RewardsConfig) -> None:
     from rlvr.rewards import is_known_verifier
     from rlvr.rewards.scorer import AGGREGATORS
@@ -254,6 +284,8 @@ def _check_rewards(errors: list[str], rw: RewardsConfig) -> None:
     _choice(errors, "rewards.reward_aggregator", rw.reward_aggregator, set(AGGREGATORS))
     if rw.num_workers < 0 or rw.timeout_s <= 0:
         errors.append("rewards.num_workers must be >= 0 and rewards.timeout_s > 0")
+    if rw.additive_format_reward and not rw.apply_r1_style_format_reward:
+        errors.append("rewards.additive_format_reward needs rewards.apply_r1_style_format_reward")
     for source, target in rw.remap_verifier.items():
         if not is_known_verifier(target):
             errors.append(f"rewards.remap_verifier.{source}={target!r} is not a known verifier")
@@ -279,6 +311,7 @@ def validate(cfg: Config) -> None:
     _choice(errors, "optimizer.lr_scheduler_type", o.lr_scheduler_type, set(SCHEDULES))
     _choice(errors, "rollout.engine", r.engine, set(ENGINES))
     _check_rewards(errors, cfg.rewards)
+    _check_async(errors, cfg)
     _choice(errors, "model.dtype", cfg.model.dtype, {"float32", "bfloat16"})
     _choice(errors, "rollout.dtype", r.dtype, {"float32", "bfloat16"})
     _choice(errors, "data.on_bad_row", cfg.data.on_bad_row, {"error", "skip"})

@@ -2,13 +2,15 @@
 
 This is the only place where the engine's output meets the verifiers; the engine knows nothing
 of rewards and the scorer nothing of tokens. Reward shaping that depends on how a completion
-ended (the non-stop penalty) happens here, after verification.
+ended (the non-stop penalty) or how it is laid out (the R1 format reward) happens here, after
+verification.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rlvr.rewards.format import format_reward_scores, has_r1_format
 from rlvr.rewards.penalties import apply_non_stop_penalty, soft_overlong_penalty
 from rlvr.rewards.scorer import RewardScorer, ScoreRequest
 from rlvr.rollout.base import RolloutEngine
@@ -22,6 +24,9 @@ class RewardShaping:
     overlong_buffer: int = 0  # DAPO soft overlong penalty over this many tokens; 0 disables
     overlong_penalty_factor: float = 1.0
     max_tokens: int = 0  # the response length limit the overlong penalty counts toward
+    format_reward: bool = False  # R1 <think>/<answer> format: gate the score, or add a bonus
+    format_reward_value: float = 1.0
+    additive_format_reward: bool = False
 
 
 @dataclass
@@ -42,6 +47,10 @@ def generate_and_score(engine: RolloutEngine, scorer: RewardScorer, prompts: lis
     ]
     flat_outcomes = scorer.score(requests)
     scores = [o.score for o in flat_outcomes]
+    if shaping.format_reward:
+        texts = [c.text for group in completions for c in group]
+        scores = format_reward_scores(scores, texts, shaping.format_reward_value,
+                                      shaping.additive_format_reward)
     if shaping.non_stop_penalty:
         truncated = [c.truncated for group in completions for c in group]
         scores = apply_non_stop_penalty(scores, truncated, shaping.non_stop_penalty_value)
@@ -74,4 +83,5 @@ def episode_metrics(episodes: Episodes, prefix: str = "") -> dict[str, float]:
         f"{prefix}val/sequence_lengths_min": float(min(lengths)),
         f"{prefix}val/sequence_lengths_max": float(max(lengths)),
         f"{prefix}val/stop_rate": sum(not s.completion.truncated for s in samples) / n,
+        f"{prefix}val/format_rate": sum(has_r1_format(s.completion.text) for s in samples) / n,
     }

@@ -3,14 +3,15 @@
 One step: sample prompts, generate a group per prompt, score, compute advantages and filter,
 pack, update the policy, sync weights to the engine, and report metrics. Components are built
 here from their config sections and passed in explicitly; none of them sees the whole config.
-Synchronous and single-process; asynchronous generation and scale-out plug in around the same
-step function.
+With `rollout.async_steps = k > 0`, a producer thread generates batches up to k steps ahead
+(`async_rollouts`) and the step trains on the oldest, minus groups more than k versions stale.
 """
 
 from __future__ import annotations
 
 import logging
 import random
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,13 +20,14 @@ import numpy as np
 import torch
 
 from rlvr.algorithm.importance import RhoCorrection
+from rlvr.async_rollouts import RolloutProducer, drop_stale_groups, staleness_metrics
 from rlvr.algorithm.losses import (LossParams, compute_policy_loss, normalization_unit,
                                    summarize_loss_metrics)
 from rlvr.batching import BatchSettings, build_training_batch
 from rlvr.checkpoint import save_final_model, save_model_checkpoint, write_text_atomic
 from rlvr.config import Config, to_dict, to_yaml
 from rlvr.data import DataBundle, load_datasets, tokenize_datasets
-from rlvr.episodes import RewardShaping, episode_metrics
+from rlvr.episodes import Episodes, RewardShaping, episode_metrics
 from rlvr.evaluation import evaluate
 from rlvr.interrupts import NumericalFault, StopOnSignal, TrainingInterrupted
 from rlvr.learner import Learner, LearnerSettings, UpdateResult
@@ -33,11 +35,12 @@ from rlvr.metrics import JsonlSink, MetricsLogger, StepTimer
 from rlvr.models import load_causal_lm, load_tokenizer, resolve_model_dir
 from rlvr.rewards.scorer import RewardScorer
 from rlvr.rollout import RolloutEngine, create_engine
+from rlvr.rollout.weight_sync import LocalTransport, WeightTransport
 from rlvr.sampling import ActiveSampling, collect_episodes, solved_prompt_ids
 from rlvr.state import TrainingState, capture_rng, load_latest_state, restore_rng, save_state
 from rlvr.throughput import ModelShape, learner_throughput
 from rlvr.tracking import build_sinks
-from rlvr.types import SamplingParams
+from rlvr.types import Prompt, SamplingParams
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +62,8 @@ class Run:
     episode: int = 0
     start_step: int = 0  # the step a resumed run continues after
     history: list[dict[str, float]] = field(default_factory=list)
+    weights: WeightTransport | None = None  # learner -> engine; built with the engine
+    data_lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 def seed_everything(seed: int) -> None:
@@ -102,7 +107,7 @@ def build_run(cfg: Config) -> Run:
     logger = MetricsLogger(build_sinks(cfg, output_dir, to_dict(cfg)))
     run = Run(cfg=cfg, output_dir=output_dir, tokenizer=tokenizer, data=data, learner=learner,
               engine=engine, scorer=scorer, logger=logger, model_shape=ModelShape.of(policy),
-              state_dir=state_dir)
+              state_dir=state_dir, weights=LocalTransport(engine))
     if state is not None:
         restore_state(run, state)
     return run
@@ -118,14 +123,16 @@ def restore_state(run: Run, state: TrainingState) -> None:
     run.data.train.load_state_dict(state.mixer)
     restore_rng(state.rng)
     run.episode, run.start_step = state.episode, state.step
-    run.engine.update_weights(learner.named_weights(), version=state.step)
+    run.weights.push(learner.named_weights(), version=state.step)
     log.info("resumed from the training state of step %d in %s", state.step, run.state_dir)
 
 
 def capture_state(run: Run, step: int) -> TrainingState:
     learner = run.learner
+    with run.data_lock:
+        mixer = run.data.train.state_dict()
     return TrainingState(
-        step=step, episode=run.episode, mixer=run.data.train.state_dict(),
+        step=step, episode=run.episode, mixer=mixer,
         policy=learner.policy.state_dict(),
         reference=learner.reference.state_dict() if learner.reference is not None else None,
         optimizer=learner.optimizer.state_dict(), scheduler=learner.scheduler.state_dict(),
@@ -148,21 +155,44 @@ def sampling_params(cfg: Config, step: int) -> SamplingParams:
         seed=cfg.experiment.seed * 1_000_003 + step)
 
 
-def one_training_step(run: Run, step: int) -> dict[str, float]:
+def reward_shaping(cfg: Config) -> RewardShaping:
+    a, rw = cfg.algorithm, cfg.rewards
+    return RewardShaping(a.non_stop_penalty, a.non_stop_penalty_value, a.overlong_buffer,
+                         a.overlong_penalty_factor, cfg.rollout.response_length,
+                         rw.apply_r1_style_format_reward, rw.r1_style_format_reward,
+                         rw.additive_format_reward)
+
+
+def produce_episodes(run: Run, step: int) -> tuple[Episodes, dict[str, float]]:
+    """Generate and score one step's groups (the part that may run ahead of training)."""
+    cfg, a = run.cfg, run.cfg.algorithm
+
+    def next_prompts(n: int) -> list[Prompt]:
+        with run.data_lock:  # the trainer thread reads the mixer's state for checkpoints
+            return run.data.train.next_batch(n)
+
+    start = time.perf_counter()
+    episodes, metrics = collect_episodes(
+        run.engine, run.scorer, next_prompts, cfg.rollout.num_unique_prompts_rollout,
+        sampling_params(cfg, step), reward_shaping(cfg),
+        ActiveSampling(a.active_sampling, a.active_sampling_max_rounds))
+    metrics = {**episode_metrics(episodes), **metrics, **run.scorer.metrics_since_last()}
+    if a.no_resampling_pass_rate is not None:
+        with run.data_lock:
+            run.data.train.retire(solved_prompt_ids(episodes, a.no_resampling_pass_rate))
+            metrics["batch/retired_prompts"] = float(len(run.data.train.retired))
+    metrics["time/generation"] = time.perf_counter() - start
+    return episodes, metrics
+
+
+def one_training_step(run: Run, step: int,
+                      produced: tuple[Episodes, dict[str, float]] | None = None) -> dict[str, float]:
+    """Train step `step` on `produced` (made ahead by the producer), or generate it now."""
     cfg, timer = run.cfg, StepTimer()
     a = cfg.algorithm
-    with timer("generation"):
-        episodes, sampling_metrics = collect_episodes(
-            run.engine, run.scorer, run.data.train.next_batch,
-            cfg.rollout.num_unique_prompts_rollout, sampling_params(cfg, step),
-            RewardShaping(a.non_stop_penalty, a.non_stop_penalty_value, a.overlong_buffer,
-                          a.overlong_penalty_factor, cfg.rollout.response_length),
-            ActiveSampling(a.active_sampling, a.active_sampling_max_rounds))
-    metrics = {**episode_metrics(episodes), **sampling_metrics}
-    metrics.update(run.scorer.metrics_since_last())
-    if a.no_resampling_pass_rate is not None:
-        run.data.train.retire(solved_prompt_ids(episodes, a.no_resampling_pass_rate))
-        metrics["batch/retired_prompts"] = float(len(run.data.train.retired))
+    episodes, metrics = produced if produced is not None else produce_episodes(run, step)
+    metrics = dict(metrics)
+    metrics.update(staleness_metrics(episodes.groups, policy_version=step - 1))
     training = build_training_batch(episodes.groups, BatchSettings(
         a.advantage_normalization_type, a.filter_zero_std_samples, a.pack_length,
         run.tokenizer.pad_token_id, a.mask_truncated_completions, a.packing))
@@ -190,9 +220,14 @@ def one_training_step(run: Run, step: int) -> dict[str, float]:
         if a.ref_policy_update_freq and step % a.ref_policy_update_freq == 0:
             run.learner.update_reference(a.alpha)
         with timer("weight_sync"):
-            run.engine.update_weights(run.learner.named_weights(), version=step)
+            run.weights.push(run.learner.named_weights(), version=step)
     metrics.update(timer.as_metrics())
-    metrics["time/step"] = sum(v for k, v in timer.as_metrics().items())
+    # Synchronous: generation + training + sync. Asynchronous: what the trainer spent, waiting
+    # for data included; generation ran meanwhile and is reported separately.
+    metrics["time/step"] = (sum(timer.as_metrics().values()) + metrics.get("time/generation", 0.0)
+                            if produced is None else
+                            sum(timer.as_metrics().values())
+                            + metrics.get("time/trainer_waiting_for_data", 0.0))
     metrics["episode"] = float(run.episode)
     return metrics
 
@@ -243,27 +278,72 @@ def _train_loop(run: Run, stop: StopOnSignal) -> None:
     if run.start_step == 0:
         _log_start(run)
     skipped_in_a_row = 0
-    for step in range(run.start_step + 1, cfg.num_training_steps + 1):
-        metrics = one_training_step(run, step)
-        if _due(cfg.eval.local_eval_every, step, cfg.num_training_steps):
-            metrics.update(run_eval(run))
-        if cfg.checkpoint.save_freq and step % cfg.checkpoint.save_freq == 0:
-            save_model_checkpoint(run.learner.policy, run.tokenizer, run.output_dir, step,
-                                  cfg.checkpoint.keep_last_n_checkpoints)
-        run.logger.log(step, metrics)
-        run.history.append({"training_step": step, **metrics})
-        skipped_in_a_row = skipped_in_a_row + 1 if metrics.get("optim/skipped_steps") else 0
-        if skipped_in_a_row >= cfg.optimizer.max_consecutive_skipped_steps:
-            # No state is saved for these steps: the last good one stays the latest.
-            raise NumericalFault(
-                f"non-finite gradients in {skipped_in_a_row} consecutive steps (up to step "
-                f"{step}); the last good training state is in {run.state_dir}")
-        freq = cfg.checkpoint.checkpoint_state_freq
-        due = (freq and step % freq == 0) or stop.signum is not None
-        if due and not skipped_in_a_row:  # a skipped update is never the "last good" state
-            save_state(capture_state(run, step), run.state_dir, cfg.checkpoint.keep_last_n_states)
-        if stop.signum is not None and step < cfg.num_training_steps:
-            raise TrainingInterrupted(stop.signum, step, str(run.state_dir))
+    producer = _start_producer(run)
+    try:
+        for step in range(run.start_step + 1, cfg.num_training_steps + 1):
+            produced = _next_produced(run, producer, step) if producer else None
+            metrics = one_training_step(run, step, produced)
+            skipped_in_a_row = _finish_step(run, stop, step, metrics, skipped_in_a_row)
+    finally:
+        if producer is not None:
+            producer.close()
+
+
+def _start_producer(run: Run) -> RolloutProducer | None:
+    k = run.cfg.rollout.async_steps
+    if k == 0:
+        return None
+    steps = iter(range(run.start_step + 1, 2**62))  # the step whose seed a batch uses
+    return RolloutProducer(lambda: produce_episodes(run, next(steps)), async_steps=k)
+
+
+def _next_produced(run: Run, producer: RolloutProducer, step: int
+                   ) -> tuple[Episodes, dict[str, float]]:
+    """The next batch fresh enough to train step `step` on (policy version step - 1)."""
+    k, dropped, waited = run.cfg.rollout.async_steps, 0, 0.0
+    while True:
+        produced, wait_s = producer.next_batch()
+        waited += wait_s
+        episodes, metrics = produced.item
+        kept_groups, n_dropped = drop_stale_groups(episodes.groups, step - 1, k)
+        dropped += n_dropped
+        if kept_groups:
+            break
+        log.warning("step %d: a whole batch was more than %d versions stale; drawing the next",
+                    step, k)
+    kept_ids = {id(g) for g in kept_groups}
+    kept = Episodes(groups=kept_groups, outcomes=[o for g, o in zip(episodes.groups,
+                                                                      episodes.outcomes)
+                                                   if id(g) in kept_ids])
+    return kept, {**metrics, "async/stale_results_dropped": float(dropped),
+                  "time/trainer_waiting_for_data": waited,
+                  "time/generation_waiting_for_trainer": producer.blocked_since_last()}
+
+
+def _finish_step(run: Run, stop: StopOnSignal, step: int, metrics: dict[str, float],
+                 skipped_in_a_row: int) -> int:
+    """Eval, checkpoints, logging and fault checks after a step; the new skip streak."""
+    cfg = run.cfg
+    if _due(cfg.eval.local_eval_every, step, cfg.num_training_steps):
+        metrics.update(run_eval(run))
+    if cfg.checkpoint.save_freq and step % cfg.checkpoint.save_freq == 0:
+        save_model_checkpoint(run.learner.policy, run.tokenizer, run.output_dir, step,
+                              cfg.checkpoint.keep_last_n_checkpoints)
+    run.logger.log(step, metrics)
+    run.history.append({"training_step": step, **metrics})
+    skipped_in_a_row = skipped_in_a_row + 1 if metrics.get("optim/skipped_steps") else 0
+    if skipped_in_a_row >= cfg.optimizer.max_consecutive_skipped_steps:
+        # No state is saved for these steps: the last good one stays the latest.
+        raise NumericalFault(
+            f"non-finite gradients in {skipped_in_a_row} consecutive steps (up to step "
+            f"{step}); the last good training state is in {run.state_dir}")
+    freq = cfg.checkpoint.checkpoint_state_freq
+    due = (freq and step % freq == 0) or stop.signum is not None
+    if due and not skipped_in_a_row:  # a skipped update is never the "last good" state
+        save_state(capture_state(run, step), run.state_dir, cfg.checkpoint.keep_last_n_states)
+    if stop.signum is not None and step < cfg.num_training_steps:
+        raise TrainingInterrupted(stop.signum, step, str(run.state_dir))
+    return skipped_in_a_row
 
 
 def _log_start(run: Run) -> None:

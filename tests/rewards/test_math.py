@@ -76,3 +76,21 @@ def test_works_off_the_main_thread():
     thread.start()
     thread.join()
     assert result == [1.0]
+
+
+@pytest.mark.parametrize("completion, truth, expected", [
+    ("So the answer is \\boxed{\\frac12}.", "0.5", 1.0),
+    ("The final answer is $7$.", "7", 1.0),
+    ("we get $x = 2$ and so $5$", "5", 0.0),  # `math` pays for the last $...$; strict does not
+    ("I think it is 12", "12", 0.0),  # no commitment, no reward
+    ("\\boxed{\\frac{1}{2}", "\\frac{1}{2}", 0.0),  # an unclosed box is no answer
+    ("<think>\\boxed{3}</think> \\boxed{4}", "4", 1.0),
+    ("<think>\\boxed{4}</think> so it is 3", "4", 0.0),  # boxed only while thinking
+])
+def test_strict_math_verifier(completion, truth, expected):
+    assert get_verifier("strict_math")(completion, truth) == expected
+
+
+def test_math_ignores_answers_given_only_while_thinking():
+    assert get_verifier("math")("<think>\\boxed{4}</think>The answer is \\boxed{5}", "4") == 0.0
+    assert get_verifier("math")("<think>it is \\boxed{4}", "4") == 0.0  # never answered

@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Callable
 
 from rlvr.data.errors import DataError, Example
+from rlvr.data.code_tasks import CODE_TASKS
+from rlvr.data.if_tasks import IF_TASKS
 from rlvr.data.tasks import PROCEDURAL_TASKS
 from rlvr.rewards.math import last_boxed
 
@@ -74,3 +76,5 @@ def load_math500(split: str, seed: int) -> list[Example]:
 
 BUILTIN_SOURCES.update({"gsm8k": load_gsm8k, "math": load_math, "math500": load_math500})
 BUILTIN_SOURCES.update(PROCEDURAL_TASKS)
+BUILTIN_SOURCES.update(CODE_TASKS)
+BUILTIN_SOURCES.update(IF_TASKS)

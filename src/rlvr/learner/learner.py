@@ -3,6 +3,8 @@
 It is algorithm-blind: the caller hands it a loss function (already bound to its loss variant
 and normaliser) and a packed batch; the learner runs forward passes, accumulates gradients over
 micro-batches, clips, and steps. It does not know which loss it runs, nor about rewards.
+It runs unchanged on one rank of a sharded policy (`rlvr.distributed`): that caller passes the
+sharded forward function, and gradient clipping handles DTensor parameters.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterator
 
 import torch
+from torch.distributed.tensor import DTensor
 
 from rlvr.algorithm.losses import LossInputs, LossOutputs
 from rlvr.algorithm.packing import split_rows
@@ -24,6 +27,9 @@ from rlvr.learner.schedule import build_scheduler
 from rlvr.types import PackedBatch
 
 LossFn = Callable[[LossInputs], LossOutputs]
+# (model, batch, temperature, with_entropy) -> (logprobs_RL, entropy_RL or None)
+ForwardFn = Callable[[torch.nn.Module, PackedBatch, float, bool],
+                     tuple[torch.Tensor, torch.Tensor | None]]
 
 
 @dataclass(frozen=True)
@@ -59,8 +65,8 @@ class UpdateResult:
     seconds: float
 
 
-def _accumulate(total: dict[str, float], part: dict[str, float]) -> None:
-    """Add micro-batch metric sums; `_max` / `_min` entries combine by max / min instead."""
+def accumulate_sums(total: dict[str, float], part: dict[str, float]) -> None:
+    """Add micro-batch (or rank) metric sums; `_max` / `_min` entries combine by max / min."""
     for key, value in part.items():
         if key.endswith("_max"):
             total[key] = max(total.get(key, value), value)
@@ -70,10 +76,25 @@ def _accumulate(total: dict[str, float], part: dict[str, float]) -> None:
             total[key] = total.get(key, 0.0) + value
 
 
+def clip_grad_norm(parameters: list[torch.nn.Parameter], max_norm: float) -> float:
+    """`torch.nn.utils.clip_grad_norm_`, also for DTensor (FSDP2) parameters: their total norm
+    is a DTensor holding this rank's share only, so it is made whole (a collective) before it
+    scales the gradients and before it is read as a number."""
+    grads = [p.grad for p in parameters if p.grad is not None]
+    total_norm = torch.nn.utils.get_total_norm(grads, norm_type=2.0)
+    if isinstance(total_norm, DTensor):
+        total_norm = total_norm.full_tensor()
+    torch.nn.utils.clip_grads_with_norm_(parameters, max_norm, total_norm)
+    return float(total_norm)
+
+
 class Learner:
     def __init__(self, policy: torch.nn.Module, reference: torch.nn.Module | None,
-                 settings: LearnerSettings):
+                 settings: LearnerSettings, forward_fn: ForwardFn = forward_logprobs):
+        """`forward_fn` computes a packed batch's logprobs under a model (policy or reference);
+        a sharded policy needs the sharded variant."""
         self.policy = policy.train()
+        self.forward_fn = forward_fn
         self.reference = reference.eval().requires_grad_(False) if reference is not None else None
         self.settings = settings
         if settings.gradient_checkpointing:
@@ -109,7 +130,7 @@ class Learner:
         if self.reference is None:
             return None
         with self._autocast():
-            return forward_logprobs(self.reference, batch, temperature)[0].float()
+            return self.forward_fn(self.reference, batch, temperature, False)[0].float()
 
     def update(self, batch: PackedBatch, loss_fn: LossFn, num_micro_batches: int,
                num_epochs: int, temperature: float) -> UpdateResult:
@@ -130,8 +151,8 @@ class Learner:
             self.optimizer.zero_grad(set_to_none=True)
             for i, mb in enumerate(micro):
                 with self._autocast():
-                    new_RL, entropy_RL = forward_logprobs(self.policy, mb, temperature,
-                                                          with_entropy=epoch == 0)
+                    new_RL, entropy_RL = self.forward_fn(self.policy, mb, temperature,
+                                                         epoch == 0)
                 new_RL = new_RL.float()
                 if epoch == 0:
                     old_logprobs.append(new_RL.detach())
@@ -143,15 +164,15 @@ class Learner:
                                          engine_logprobs_RL=mb.engine_logprobs_RL))
                 out.loss.backward()
                 if epoch == num_epochs - 1:
-                    _accumulate(sums, out.metric_sums())
+                    accumulate_sums(sums, out.metric_sums())
                 if epoch == 0:
                     mask_RL = mb.response_mask_RL
                     entropy_sum += float(entropy_RL[mask_RL].sum())
                     diff = (new_RL.detach() - mb.engine_logprobs_RL)[mask_RL].abs()
                     diff_sum += float(diff.sum())
                     diff_max = max(diff_max, float(diff.max()) if diff.numel() else 0.0)
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(self.policy.parameters(),
-                                                             self.settings.max_grad_norm))
+            grad_norm = clip_grad_norm(list(self.policy.parameters()),
+                                       self.settings.max_grad_norm)
             learning_rate = self.optimizer.param_groups[0]["lr"]  # the rate this step used
             if math.isfinite(grad_norm):
                 self.optimizer.step()

@@ -21,6 +21,9 @@ BUILTIN_MODELS: dict[str, Callable[[Path], None]] = {
     "smollm2-135m-instruct": write_smollm2,
 }
 
+# Bumped when a built-in's contents change, so a cache written by an older rlvr is not reused.
+BUILTIN_REVISIONS: dict[str, int] = {"tiny-llama": 2}
+
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
@@ -31,7 +34,9 @@ def cache_root() -> Path:
 def resolve_model_dir(name_or_path: str) -> str:
     """A directory (or hub id) transformers can load: built-ins are written on first use."""
     if name_or_path in BUILTIN_MODELS:
-        target = cache_root() / "models" / name_or_path
+        revision = BUILTIN_REVISIONS.get(name_or_path, 1)
+        suffix = f".v{revision}" if revision > 1 else ""
+        target = cache_root() / "models" / f"{name_or_path}{suffix}"
         if not (target / "config.json").exists():
             _write_atomically(target, BUILTIN_MODELS[name_or_path])
         return str(target)

@@ -1,20 +1,25 @@
 """Rewards: verifiers behind one small protocol, and the bounded scorer that runs them.
 
 A verifier is a plain function `(completion, ground_truth) -> score`, registered under the name a
-data row carries (`gsm8k`, `last_number`, `math`). `RewardScorer` runs them in worker processes
-under a time limit and turns errors and timeouts into recorded, counted outcomes.
+data row carries (`gsm8k`, `math`, `string_matcher`, `ifeval`, `code`, ...). `RewardScorer`
+runs them in worker processes under a time limit and turns errors and timeouts into recorded,
+counted outcomes.
 
 Importing this package registers the built-in verifiers and imports neither torch nor
 math-verify, so data readers and fresh worker processes can import it cheaply.
 """
 
 from rlvr.rewards import gsm8k as _gsm8k  # noqa: F401  (registers gsm8k, last_number)
-from rlvr.rewards import math as _math  # noqa: F401  (registers math)
+from rlvr.rewards import math as _math  # noqa: F401  (registers math, strict_math)
+from rlvr.rewards import string_match as _string_match  # noqa: F401  (string_*, *max_length)
+from rlvr.rewards import code as _code  # noqa: F401  (registers code)
+from rlvr.rewards import ifeval as _ifeval  # noqa: F401  (registers ifeval and its constraints)
+from rlvr.rewards.format import format_reward_scores, has_r1_format, strip_thinking
 from rlvr.rewards.penalties import apply_non_stop_penalty, soft_overlong_penalty
 from rlvr.rewards.registry import (VERIFIERS, Verifier, get_verifier, is_known_verifier,
                                    register_verifier)
 from rlvr.rewards.scorer import AGGREGATORS, RewardScorer, ScoreRequest
 
 __all__ = ["AGGREGATORS", "VERIFIERS", "RewardScorer", "ScoreRequest", "Verifier",
-           "apply_non_stop_penalty", "get_verifier", "is_known_verifier", "register_verifier",
-           "soft_overlong_penalty"]
+           "apply_non_stop_penalty", "format_reward_scores", "get_verifier", "has_r1_format",
+           "is_known_verifier", "register_verifier", "soft_overlong_penalty", "strip_thinking"]

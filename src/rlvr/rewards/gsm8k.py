@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import re
 
+from rlvr.rewards.format import strip_thinking
 from rlvr.rewards.registry import register_ground_truth_check, register_verifier
 
 # An optional sign, digits with optional thousands commas, an optional decimal part; or `.5`.
@@ -49,7 +50,7 @@ def parse_gold_number(ground_truth: str) -> float:
 def verify_last_number(completion: str, ground_truth: str) -> float:
     """1.0 if the last number in the completion equals the ground truth's number, else 0.0."""
     gold = parse_gold_number(ground_truth)  # first, so a bad ground truth is an error every time
-    answer = parse_last_number(completion)
+    answer = parse_last_number(strip_thinking(completion))  # a number thought is not answered
     if answer is None:
         return 0.0
     return 1.0 if math.isclose(answer, gold, rel_tol=_REL_TOL, abs_tol=_ABS_TOL) else 0.0

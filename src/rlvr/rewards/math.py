@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import re
 
+from rlvr.rewards.format import strip_thinking
 from rlvr.rewards.registry import register_verifier
 
 # math-verify warns once per process that its timeouts are disabled; that is deliberate here.
@@ -74,9 +75,19 @@ def gold_latex(ground_truth: str) -> str:
     return f"${ground_truth}$"
 
 
-@register_verifier("math")
-def verify_math(completion: str, ground_truth: str) -> float:
-    """1.0 if the extracted answer equals the ground truth under math-verify, else 0.0."""
+def strict_candidate(completion: str) -> str | None:
+    """Only an answer the completion commits to: the last `\\boxed{}` or a "final answer is"
+    phrase; None otherwise (no fallback to the last `$...$` or the last expression)."""
+    boxed = last_boxed(completion)
+    if boxed is not None:
+        return f"{_BOXED}{{{boxed}}}"
+    final = None
+    for final in _FINAL_ANSWER.finditer(completion):
+        pass
+    return None if final is None else final.group(1).strip().rstrip(".")
+
+
+def _equal_under_math_verify(candidate: str | None, ground_truth: str) -> float:
     from math_verify import parse, verify  # lazy: sympy costs ~1 s, only math workers pay it
 
     # parse/verify swallow their own errors (returning [] / False) unless asked to raise; an
@@ -84,7 +95,22 @@ def verify_math(completion: str, ground_truth: str) -> float:
     gold = parse(gold_latex(ground_truth), parsing_timeout=None)
     if not gold:
         raise ValueError(f"math-verify cannot parse the ground truth {ground_truth[:80]!r}")
-    answer = parse(extract_candidate(completion), parsing_timeout=None)
+    if candidate is None:
+        return 0.0
+    answer = parse(candidate, parsing_timeout=None)
     if not answer:
         return 0.0
     return 1.0 if verify(gold, answer, timeout_seconds=None) else 0.0
+
+
+@register_verifier("math")
+def verify_math(completion: str, ground_truth: str) -> float:
+    """1.0 if the extracted answer equals the ground truth under math-verify, else 0.0."""
+    return _equal_under_math_verify(extract_candidate(strip_thinking(completion)), ground_truth)
+
+
+@register_verifier("strict_math")
+def verify_strict_math(completion: str, ground_truth: str) -> float:
+    """`math`, but only a boxed or "final answer is" answer counts: a model cannot be paid for
+    a right number it merely wrote last."""
+    return _equal_under_math_verify(strict_candidate(strip_thinking(completion)), ground_truth)

@@ -230,7 +230,7 @@ class RewardScorer:
     Workers import `rlvr.rewards` and every module that registered a verifier before this scorer
     was built; a verifier registered later, or defined in `__main__`, is unknown to them (naming
     it `package.module:function` works everywhere).
-    Not thread-safe: one `score` call at a time. Use as a context manager, or call `close()`; a
+    Thread-safe: concurrent `score` calls run one after the other. Use as a context manager, or call `close()`; a
     scorer that is garbage-collected, or alive at interpreter exit, kills its workers too.
     """
 
@@ -248,6 +248,7 @@ class RewardScorer:
         self.num_timeouts = 0
         self._reported = (0, 0)  # totals at the last metrics_since_last()
         self._closed = False
+        self._lock = threading.Lock()  # score() from the producer thread and from eval: in turn
         self._worker_config = {"sys_path": [str(p) for p in sys.path],
                                "modules": _plugin_modules() if num_workers else [],
                                "address_space_bytes": WORKER_ADDRESS_SPACE_BYTES}
@@ -256,7 +257,12 @@ class RewardScorer:
         self._finalizer = weakref.finalize(self, _kill_workers, self._workers)
 
     def score(self, requests: list[ScoreRequest]) -> list[RewardOutcome]:
-        """One outcome per request, in order. Raises only if a worker cannot start at all."""
+        """One outcome per request, in order. Raises only if a worker cannot start at all.
+        Callers in several threads are served one at a time."""
+        with self._lock:
+            return self._score(requests)
+
+    def _score(self, requests: list[ScoreRequest]) -> list[RewardOutcome]:
         if self._closed:
             raise RuntimeError("score() on a closed RewardScorer")
         if self.num_workers == 0:  # in this process, unbounded: for debugging

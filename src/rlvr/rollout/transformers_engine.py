@@ -11,6 +11,8 @@ templates; it decodes text only to report it and to detect stop strings.
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from typing import Iterable
 
 import torch
@@ -25,18 +27,24 @@ from rlvr.types import Completion, SamplingParams
 def create_transformers_engine(model_dir: str, cfg: RolloutConfig, eos_token_ids: tuple[int, ...],
                                pad_token_id: int) -> "TransformersEngine":
     return TransformersEngine(load_causal_lm(model_dir, cfg.dtype), load_tokenizer(model_dir),
-                              eos_token_ids, pad_token_id, cfg.max_batch_rows)
+                              eos_token_ids, pad_token_id, cfg.max_batch_rows,
+                              inflight_updates=cfg.inflight_updates)
 
 
 class TransformersEngine:
     def __init__(self, model: torch.nn.Module, tokenizer, eos_token_ids: tuple[int, ...],
-                 pad_token_id: int, max_batch_rows: int = 256):
+                 pad_token_id: int, max_batch_rows: int = 256, inflight_updates: bool = False):
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.eos_token_ids = tuple(eos_token_ids)
         self.pad_token_id = pad_token_id
         self.max_batch_rows = max_batch_rows
         self.version = 0
+        # Weights change only under this lock. Without in-flight updates a generate call holds it
+        # throughout (an update waits for the batch); with them, only each forward pass does,
+        # so new weights apply between two tokens and a sample may span several versions.
+        self.inflight_updates = inflight_updates
+        self._lock = threading.RLock()
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Completion]]:
@@ -44,14 +52,15 @@ class TransformersEngine:
         gen.manual_seed(params.seed if params.seed is not None else torch.seed())
         per_chunk = max(1, self.max_batch_rows // params.n)
         flat: list[Completion] = []
-        for start in range(0, len(prompts), per_chunk):
-            flat += self._generate_chunk([list(p) for p in prompts[start:start + per_chunk]],
-                                         params, gen)
+        with (contextlib.nullcontext() if self.inflight_updates else self._lock):
+            for start in range(0, len(prompts), per_chunk):
+                flat += self._generate_chunk([list(p) for p in prompts[start:start + per_chunk]],
+                                             params, gen)
         return [flat[i * params.n:(i + 1) * params.n] for i in range(len(prompts))]
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
         state = self.model.state_dict()
-        with torch.no_grad():
+        with self._lock, torch.no_grad():
             for name, tensor in named_tensors:
                 if name not in state:
                     raise KeyError(f"engine has no weight named '{name}'")
@@ -68,8 +77,10 @@ class TransformersEngine:
         input_ids_PL, attn_PL = self._left_pad(prompts)
         pos_PL = (attn_PL.cumsum(-1) - 1).clamp(min=0)
         # Prefill each prompt once, then copy its KV cache to its n sample rows.
-        out = self.model(input_ids=input_ids_PL, attention_mask=attn_PL, position_ids=pos_PL,
-                         use_cache=True, logits_to_keep=1)
+        with self._lock:
+            version = self.version  # the oldest weights any of these samples sees
+            out = self.model(input_ids=input_ids_PL, attention_mask=attn_PL, position_ids=pos_PL,
+                             use_cache=True, logits_to_keep=1)
         cache = out.past_key_values
         if params.n > 1:
             cache.batch_repeat_interleave(params.n)
@@ -97,15 +108,17 @@ class TransformersEngine:
                 attn_BP, next_pos_b, live_b, tok_b = (
                     attn_BP[keep_b], next_pos_b[keep_b], live_b[keep_b], tok_b[keep_b])
             attn_BP = torch.cat([attn_BP, attn_BP.new_ones(len(live_b), 1)], dim=1)
-            out = self.model(input_ids=tok_b[:, None], attention_mask=attn_BP,
-                             position_ids=next_pos_b[:, None], past_key_values=cache, use_cache=True)
+            with self._lock:
+                out = self.model(input_ids=tok_b[:, None], attention_mask=attn_BP,
+                                 position_ids=next_pos_b[:, None], past_key_values=cache,
+                                 use_cache=True)
             cache, logits_bV = out.past_key_values, out.logits[:, -1].float()
             next_pos_b = next_pos_b + 1
         return [
             Completion(token_ids_T=tokens[i], logprobs_T=logprobs[i],
                        finish_reason="stop" if stopped[i] else "length",
                        text=self.tokenizer.decode(tokens[i], skip_special_tokens=True),
-                       model_version=self.version)
+                       model_version=version)
             for i in range(len(rows))
         ]
 

@@ -1,0 +1,92 @@
+"""Generation tokens per second: the vLLM engine vs the transformers engine on SmolLM2-135M.
+
+    python benchmarks/generation.py [--prompts 8 32 64] [--samples 4] [--tokens 128]
+
+Each engine runs in its own child process (in-process vLLM rebinds the process's OpenMP threads,
+which would skew whatever ran after it) with both cores, on the same GSM8K prompts under the
+model's chat template, temperature 1.0. Tokens per second counts generated tokens only; start-up
+and one warm-up call are excluded and reported separately. Prints a table and the ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+
+
+def _prompts(tokenizer, n: int) -> list[list[int]]:
+    from rlvr.config import DataSourceConfig
+    from rlvr.data import load_source
+
+    examples, _ = load_source(DataSourceConfig(name="gsm8k", split="test"), seed=0)
+    return [list(tokenizer.apply_chat_template(list(ex.messages), add_generation_prompt=True,
+                                               tokenize=True, return_dict=False))
+            for ex in examples[:n]]
+
+
+def child(engine_name: str, counts: list[int], samples: int, tokens: int) -> None:
+    """Runs in the child: start the engine, time each batch size, print one JSON line."""
+    import torch
+
+    torch.set_num_threads(2)
+    from rlvr.config import RolloutConfig
+    from rlvr.models import load_tokenizer, resolve_model_dir
+    from rlvr.rollout import create_engine
+    from rlvr.types import SamplingParams
+
+    model_dir = resolve_model_dir("smollm2-135m-instruct")
+    tokenizer = load_tokenizer(model_dir)
+    start = time.perf_counter()
+    cfg = RolloutConfig(engine=engine_name, vllm_kv_cache_gb=1.0, vllm_max_model_len=512)
+    engine = create_engine(engine_name, model_dir, cfg, (tokenizer.eos_token_id,),
+                           tokenizer.pad_token_id)
+    startup = time.perf_counter() - start
+    prompts = _prompts(tokenizer, max(counts))
+    engine.generate(prompts[:2], SamplingParams(n=2, max_tokens=8, seed=0))  # warm-up
+    rows = []
+    for n in counts:
+        params = SamplingParams(n=samples, temperature=1.0, max_tokens=tokens, seed=1)
+        t0 = time.perf_counter()
+        groups = engine.generate(prompts[:n], params)
+        seconds = time.perf_counter() - t0
+        generated = sum(len(c.token_ids_T) for g in groups for c in g)
+        rows.append({"prompts": n, "tokens": generated, "seconds": seconds})
+    engine.close()
+    print("RESULT " + json.dumps({"engine": engine_name, "startup_s": startup, "rows": rows}))
+
+
+def run_child(engine_name: str, args) -> dict:
+    cmd = [sys.executable, __file__, "--child", engine_name, "--samples", str(args.samples),
+           "--tokens", str(args.tokens), "--prompts", *map(str, args.prompts)]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    for line in out.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[len("RESULT "):])
+    raise SystemExit(f"{engine_name} failed:\n{out.stderr[-3000:]}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--prompts", type=int, nargs="+", default=[8, 32, 64])
+    parser.add_argument("--samples", type=int, default=4)
+    parser.add_argument("--tokens", type=int, default=128)
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.child, args.prompts, args.samples, args.tokens)
+        return
+    results = {name: run_child(name, args) for name in ("vllm", "transformers")}
+    print(f"SmolLM2-135M-Instruct, {args.samples} samples x up to {args.tokens} tokens, T=1.0")
+    for name, r in results.items():
+        print(f"  {name} start-up {r['startup_s']:.1f} s")
+    print(f"{'prompts':>8} {'vllm tok/s':>11} {'transformers tok/s':>19} {'ratio':>6}")
+    for v, t in zip(results["vllm"]["rows"], results["transformers"]["rows"]):
+        v_tps, t_tps = v["tokens"] / v["seconds"], t["tokens"] / t["seconds"]
+        print(f"{v['prompts']:>8} {v_tps:>11.0f} {t_tps:>19.0f} {v_tps / t_tps:>5.2f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,144 @@
+"""Generation ahead of training: a producer thread fills a bounded queue with scored batches
+while the trainer trains on earlier ones.
+
+What it is: `RolloutProducer(produce, async_steps)`: `produce()` makes one step's batch (generate
+and score); the producer thread calls it again and again, blocking when `async_steps` batches
+wait unconsumed (backpressure). `next_batch()` hands the trainer the oldest. Time each side spends
+blocked on the other is measured (`time/generation_waiting_for_trainer`,
+`time/trainer_waiting_for_data`).
+What it is not: it does not decide what is too stale (see `drop_stale_groups`, applied by the
+trainer, which knows the policy version) or when weights move (the trainer pushes them after
+each update; the engine loads them between calls, or between tokens with `inflight_updates`).
+
+Why a thread, not a process: the engine and the learner share this process's memory (the
+colocated default), and both spend their time in torch ops that release the GIL.
+Shutdown: `close()` stops the thread at its next check; a `produce` that raises re-raises in
+the trainer at its next `next_batch()`, so a failing engine stops the run instead of starving it.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable, Generic, TypeVar
+
+from rlvr.types import Sample
+
+T = TypeVar("T")
+
+
+@dataclass
+class Produced(Generic[T]):
+    item: T
+    seconds: float  # time `produce` took
+
+
+class RolloutProducer(Generic[T]):
+    def __init__(self, produce: Callable[[], T], async_steps: int):
+        if async_steps < 1:
+            raise ValueError("a producer thread needs async_steps >= 1; 0 runs inline")
+        self._produce = produce
+        self._queue: queue.Queue[Produced[T] | BaseException] = queue.Queue(maxsize=async_steps)
+        self._stop = threading.Event()
+        self._blocked_s = 0.0  # total time the producer waited for queue space (the trainer)
+        self._reported_blocked_s = 0.0
+        self._blocked_since: float | None = None  # start of the wait in progress, if any
+        self._thread = threading.Thread(target=self._run, name="rollout-producer", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                start = time.perf_counter()
+                item = self._produce()
+                made = time.perf_counter()
+            except BaseException as e:  # noqa: BLE001  handed to the trainer, which re-raises
+                self._put(e)
+                return
+            if not self._put(Produced(item, made - start)):
+                return
+
+    def _put(self, value) -> bool:
+        start = self._blocked_since = time.perf_counter()
+        try:
+            while not self._stop.is_set():
+                try:
+                    self._queue.put(value, timeout=0.1)
+                    return True
+                except queue.Full:
+                    continue
+            return False
+        finally:
+            self._blocked_s += time.perf_counter() - start  # only this thread writes it
+            self._blocked_since = None
+
+    def blocked_since_last(self) -> float:
+        """Seconds the producer waited for the trainer since the previous call, counting a wait
+        still in progress (total stays monotonic: a finished wait adds what was counted live)."""
+        # Finished waits first: a wait ending between the two reads is then counted later,
+        # not twice.
+        done = self._blocked_s
+        since = self._blocked_since
+        total = done + (time.perf_counter() - since if since is not None else 0.0)
+        total = max(total, self._reported_blocked_s)
+        delta, self._reported_blocked_s = total - self._reported_blocked_s, total
+        return delta
+
+    def next_batch(self, timeout_s: float | None = None) -> tuple[Produced[T], float]:
+        """The oldest batch and how long the trainer waited for it."""
+        start = time.perf_counter()
+        deadline = None if timeout_s is None else start + timeout_s
+        while True:
+            if not self._thread.is_alive() and self._queue.empty():
+                raise RuntimeError("the rollout producer stopped without an error")
+            try:
+                value = self._queue.get(timeout=0.1)
+                break
+            except queue.Empty:
+                if deadline is not None and time.perf_counter() > deadline:
+                    raise TimeoutError(f"no rollout batch within {timeout_s} s") from None
+        if isinstance(value, BaseException):
+            raise RuntimeError("rollout generation failed") from value
+        return value, time.perf_counter() - start
+
+    def close(self, timeout_s: float = 60.0) -> None:
+        """Stop producing; waits for the batch in progress to finish (up to `timeout_s`)."""
+        self._stop.set()
+        self._thread.join(timeout_s)
+
+    def __enter__(self) -> RolloutProducer[T]:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def group_version(group: list[Sample]) -> int:
+    """The oldest weights that produced any sample of the group."""
+    return min(s.completion.model_version for s in group)
+
+
+def drop_stale_groups(groups: list[list[Sample]], policy_version: int,
+                      max_staleness: int) -> tuple[list[list[Sample]], int]:
+    """Keep groups at most `max_staleness` versions behind `policy_version`; count the rest.
+
+    A group is judged whole (by its oldest sample): its advantages are relative to each other,
+    so dropping part of a group would change the rest's advantages.
+    """
+    kept = [g for g in groups if policy_version - group_version(g) <= max_staleness]
+    return kept, len(groups) - len(kept)
+
+
+def staleness_metrics(groups: list[list[Sample]], policy_version: int) -> dict[str, float]:
+    versions = [s.completion.model_version for g in groups for s in g]
+    if not versions:
+        return {}
+    return {
+        "async/model_step_min": float(min(versions)),
+        "async/model_step_max": float(max(versions)),
+        "async/model_step_mean": sum(versions) / len(versions),
+        "async/num_steps_off_policy": float(policy_version - min(versions)),
+        "async/num_steps_off_policy_mean": policy_version - sum(versions) / len(versions),
+    }

@@ -1,0 +1,72 @@
+"""Where a completion's answer is, and whether it has R1's `<think>...</think><answer>...</answer>`
+shape. Pure string functions, linear in the completion's length (no backtracking regexes: a
+completion of 10,000 `<think>` tags must cost no more than reading it).
+
+Verifiers that judge the answer (ifeval, string_match, code) call `strip_thinking` first, so a
+constraint met only while thinking earns nothing. `format_reward_scores` is the format reward
+itself, applied by the episode stage after verification.
+"""
+
+from __future__ import annotations
+
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
+
+
+def strip_thinking(text: str) -> str:
+    """The answer part of a completion.
+
+    The text after the last `</think>` (a `<think>` never closed means the model never got to
+    answer: ""), then, if that holds an `<answer>...</answer>`, the inside of the last one.
+    A completion with no tags at all is all answer.
+    """
+    close = text.rfind(THINK_CLOSE)
+    if close >= 0:
+        text = text[close + len(THINK_CLOSE):]
+    elif THINK_OPEN in text:
+        return ""
+    tagged = answer_in_tags(text)
+    return text.strip() if tagged is None else tagged
+
+
+def answer_in_tags(text: str) -> str | None:
+    """The inside of the last `<answer>...</answer>`, stripped; None if there is none."""
+    close = text.rfind(ANSWER_CLOSE)
+    if close < 0:
+        return None
+    open_ = text.rfind(ANSWER_OPEN, 0, close)
+    if open_ < 0:
+        return None
+    return text[open_ + len(ANSWER_OPEN):close].strip()
+
+
+def has_r1_format(text: str) -> bool:
+    """`<think>reasoning</think>` then `<answer>answer</answer>` and nothing else but whitespace;
+    each tag exactly once and both parts non-empty."""
+    s = text.strip()
+    if not (s.startswith(THINK_OPEN) and s.endswith(ANSWER_CLOSE)):
+        return False
+    if any(s.count(tag) != 1 for tag in (THINK_OPEN, THINK_CLOSE, ANSWER_OPEN, ANSWER_CLOSE)):
+        return False
+    think, _, rest = s[len(THINK_OPEN):].partition(THINK_CLOSE)
+    rest = rest.strip()
+    if not rest.startswith(ANSWER_OPEN):
+        return False
+    answer = rest[len(ANSWER_OPEN):-len(ANSWER_CLOSE)]
+    return bool(think.strip()) and bool(answer.strip())
+
+
+def format_reward_scores(scores: list[float], texts: list[str], value: float,
+                         additive: bool) -> list[float]:
+    """Apply the R1 format reward to verifier scores.
+
+    additive: `score + value` when the format holds. Otherwise the format gates the score: a
+    completion without it scores 0 whatever its answer. Gating is the default because an
+    additive bonus is paid to long wrong answers too, and is known to push up their length.
+    """
+    if len(scores) != len(texts):
+        raise ValueError(f"{len(scores)} scores but {len(texts)} completions")
+    ok = [has_r1_format(t) for t in texts]
+    if additive:
+        return [s + (value if good else 0.0) for s, good in zip(scores, ok)]
+    return [s if good else 0.0 for s, good in zip(scores, ok)]

@@ -1,0 +1,117 @@
+"""Offline text splitting for the instruction checks: words, sentences, paragraphs, phrases.
+
+Why our own: the official IFEval and IFBench checkers split sentences with nltk's punkt model (and
+IFBench tags with spaCy); both download models on first use and fail on an offline machine (see
+NOTES). A page of regular expressions serves the checks here, and being ours it behaves the same
+in every worker process, with nothing to fetch.
+
+What it is not: a linguistic tokenizer. It handles what model answers commonly contain: common
+abbreviations ("e.g.", "Dr.", "etc."), initials, decimals ("3.14"), numbered list markers, closing
+quotes after the full stop, blank-line paragraphs and list items. It does not segment scripts
+written without spaces (Chinese, Japanese, Thai): such text counts as few long words.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+# Python's `\w` leaves out combining marks, which would cut Hindi or Tamil words at every vowel
+# sign: add the mark ranges (Indic blocks less the danda, Arabic and Hebrew points, accents).
+_MARKS = ("\u0300-\u036f\u0483-\u0489\u0591-\u05c7\u0610-\u061a\u064b-\u065f\u0670"
+          "\u06d6-\u06ed\u0900-\u0963\u0966-\u0dff\u0e31-\u0e3a\u0e47-\u0e4e\u3099\u309a")
+# A word: letters/digits, optionally joined by an apostrophe, hyphen or inner dot, so "don't",
+# "well-known", "e.g" and "3.14" are one word each (IFEval's `\w+` would count two).
+_WORD = re.compile(rf"[\w{_MARKS}]+(?:['\u2019.\-][\w{_MARKS}]+)*")
+
+# Blank lines end a paragraph; a line that opens a list item also starts a new sentence.
+_PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n")
+_SENTENCE_BLOCK_BREAK = re.compile(r"\n[ \t]*\n|\n(?=[ \t]*(?:[*\u2022\-]|\d+[.)])[ \t])")
+
+# A run of terminators, then any closing quotes or brackets, then whitespace or the end: the
+# decimal point of "3.14" is followed by a digit, so it never matches.
+_SENTENCE_END = re.compile(r"[.!?\u2026\u203d\u0964]+[\"'\u201d\u2019)\]]*(?=\s|$)")
+_TOKEN_BEFORE = re.compile(r"(\w+(?:\.\w+)*)$")
+_HAS_WORD = re.compile(r"\w")
+_NON_SPACE = re.compile(r"\S")
+
+# A full stop after these never ends a sentence: they are followed by what they introduce.
+_NEVER_FINAL = frozenset({
+    "mr", "mrs", "ms", "dr", "prof", "st", "sr", "jr", "rev", "gen", "capt", "lt", "col", "sgt",
+    "gov", "sen", "rep", "mt", "ft", "e.g", "i.e", "vs", "cf", "approx", "fig", "vol",
+    "pp", "al", "ca", "viz",
+})
+
+
+# The verifier runs a dozen checkers on one answer and many split it the same way: remembering
+# the splits of the last few answers makes that one pass each. Results are tuples, so no
+# checker can change what the next one reads.
+_RECENT = 16
+
+
+@lru_cache(maxsize=_RECENT)
+def split_words(text: str) -> tuple[str, ...]:
+    """The words of `text` in order (see `_WORD`), punctuation dropped."""
+    return tuple(_WORD.findall(text))
+
+
+def split_paragraphs(text: str) -> list[str]:
+    """Paragraphs separated by blank lines, stripped; empty ones dropped."""
+    return [p.strip() for p in _PARAGRAPH_BREAK.split(text) if p.strip()]
+
+
+@lru_cache(maxsize=_RECENT)
+def split_sentences(text: str) -> tuple[str, ...]:
+    """Sentences of `text`, stripped, each holding at least one word character."""
+    sentences = []
+    for block in _SENTENCE_BLOCK_BREAK.split(text):
+        start = 0
+        content = _first_non_space(block, 0)
+        for end in _SENTENCE_END.finditer(block):
+            if _ends_sentence(block, start, content, end):
+                sentences.append(block[start:end.end()])
+                start = end.end()
+                content = _first_non_space(block, start)
+        sentences.append(block[start:])
+    return tuple(s.strip() for s in sentences if _HAS_WORD.search(s))
+
+
+def _first_non_space(block: str, pos: int) -> int:
+    found = _NON_SPACE.search(block, pos)
+    return found.start() if found else len(block)
+
+
+def _ends_sentence(block: str, start: int, content: int, end: re.Match) -> bool:
+    """Whether the terminator `end` closes the sentence that began at `start` and whose first
+    non-space character is at `content`."""
+    # Every look here is bounded (a 40-character window, the next non-space): slicing from
+    # `start` or to the block's end would make "Dr. Dr. Dr. ..." quadratic.
+    if any(c in end.group() for c in "!?\u203d\u0964"):
+        return True
+    window_start = max(start, end.start() - 40)
+    token_match = _TOKEN_BEFORE.search(block, window_start, end.start())
+    token = token_match.group(1) if token_match else ""
+    next_match = _NON_SPACE.search(block, end.end())
+    next_char = next_match.group() if next_match else ""
+    if token.lower() in _NEVER_FINAL:
+        return False
+    if next_char.islower():  # "approx. five", "etc. and so on", "Wait... what"
+        return False
+    if token.isdigit() and token_match.start(1) == content:
+        return False  # "1." opening a numbered item
+    if len(token) == 1 and token.isupper() and next_char.isupper():
+        return False  # an initial: "J. R. Smith"
+    return True
+
+
+def phrase_pattern(phrase: str) -> re.Pattern:
+    """`phrase` as a whole word or phrase, any case; inner spaces match any whitespace."""
+    body = r"\s+".join(re.escape(part) for part in phrase.split())
+    if not body:
+        raise ValueError("an empty keyword cannot be matched")
+    return re.compile(rf"(?<!\w){body}(?!\w)", re.IGNORECASE)
+
+
+def count_phrase(text: str, phrase: str) -> int:
+    """How often `phrase` occurs in `text` as a whole word or phrase, ignoring case."""
+    return len(phrase_pattern(phrase).findall(text))

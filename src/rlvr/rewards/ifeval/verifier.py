@@ -1,0 +1,116 @@
+"""The `ifeval` verifier: the fraction of a row's instruction constraints the answer meets.
+
+A ground truth is JSON naming constraints by IFEval/IFBench id with their keyword arguments, in
+any of three shapes, so rows from our generator, IFEval/IFBench files and open-instruct's data
+load unchanged:
+
+    [{"id": "punctuation:no_comma", "kwargs": {}}, ...]              # ours
+    {"instruction_id": ["punctuation:no_comma", ...], "kwargs": [{}, ...]}   # open-instruct
+    {"id": "punctuation:no_comma", "kwargs": {}}                        # a single constraint
+
+Keyword arguments whose value is null are dropped: IFBench and open-instruct pad every row's
+kwargs with every argument name any constraint takes, set to null.
+
+Only the answer is judged (`strip_thinking`): a constraint met while thinking earns nothing.
+Partial credit (the fraction met) rather than all-or-nothing gives a small model's group of
+samples different rewards more often, which is what GRPO learns from.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from rlvr.rewards.format import strip_thinking
+from rlvr.rewards.ifeval.constraints import check_kwargs, get_checker
+from rlvr.rewards.registry import register_ground_truth_check, register_verifier
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """One instruction to check: its id (e.g. "keywords:existence") and the checker's kwargs."""
+
+    id: str
+    kwargs: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "kwargs": self.kwargs}
+
+
+def constraints_to_ground_truth(constraints: list[Constraint]) -> str:
+    """The ground truth string a data row carries for `constraints` (our list shape)."""
+    return json.dumps([c.to_json() for c in constraints], ensure_ascii=False)
+
+
+@register_ground_truth_check("ifeval")
+def parse_constraints(ground_truth: str) -> list[Constraint]:
+    """The constraints of a ground truth, each checked: a known id, kwargs its checker takes.
+
+    ValueError naming the constraint (by position and id) on anything unusable.
+    """
+    try:
+        data = json.loads(ground_truth)
+    except (ValueError, RecursionError) as e:
+        raise ValueError(f"ifeval ground truth is not JSON ({e}): {ground_truth[:80]!r}") from None
+    entries = _entries(data)
+    if not entries:
+        raise ValueError("ifeval ground truth lists no constraint")
+    constraints = []
+    for position, (constraint_id, kwargs) in enumerate(entries):
+        where = f"ifeval constraint {position} ({constraint_id!r})"
+        if not isinstance(constraint_id, str):
+            raise ValueError(f"{where}: the id is not a string")
+        if kwargs is None:
+            kwargs = {}
+        if not isinstance(kwargs, dict):
+            raise ValueError(f"{where}: kwargs {kwargs!r} is not an object")
+        kwargs = {name: value for name, value in kwargs.items() if value is not None}
+        try:
+            check_kwargs(constraint_id, kwargs)
+        except ValueError as e:
+            raise ValueError(f"{where}: {e}") from None
+        constraints.append(Constraint(constraint_id, kwargs))
+    return constraints
+
+
+def _entries(data: Any) -> list[tuple[Any, Any]]:
+    """(id, kwargs) pairs from any of the three accepted shapes."""
+    if isinstance(data, dict) and "instruction_id" in data:
+        ids, kwargs = data["instruction_id"], data.get("kwargs")
+        if isinstance(ids, str):  # a single id written without its list
+            ids, kwargs = [ids], [kwargs]
+        if kwargs is None:
+            kwargs = [{}] * len(ids) if isinstance(ids, list) else None
+        if not isinstance(ids, list) or not isinstance(kwargs, list) or len(ids) != len(kwargs):
+            raise ValueError("ifeval ground truth: 'instruction_id' and 'kwargs' must be lists "
+                             "of the same length")
+        return list(zip(ids, kwargs))
+    if isinstance(data, dict):
+        data = [data]
+    if not isinstance(data, list):
+        raise ValueError(f"ifeval ground truth must be a list of constraints, got {data!r:.80}")
+    entries = []
+    for position, entry in enumerate(data):
+        if not isinstance(entry, dict) or "id" not in entry:
+            raise ValueError(f"ifeval constraint {position} is not an object with an 'id': "
+                             f"{entry!r:.80}")
+        unknown = set(entry) - {"id", "kwargs"}
+        if unknown:
+            raise ValueError(f"ifeval constraint {position} ({entry['id']!r}) has unknown "
+                             f"fields {sorted(unknown)}")
+        entries.append((entry["id"], entry.get("kwargs")))
+    return entries
+
+
+def constraints_met(completion: str, constraints: list[Constraint]) -> list[bool]:
+    """Whether the completion's answer meets each constraint, in order."""
+    answer = strip_thinking(completion)
+    return [bool(get_checker(c.id)(answer, **c.kwargs)) for c in constraints]
+
+
+@register_verifier("ifeval")
+def verify_ifeval(completion: str, ground_truth: str) -> float:
+    """The fraction of the ground truth's constraints that the completion's answer meets."""
+    met = constraints_met(completion, parse_constraints(ground_truth))
+    return sum(met) / len(met)

@@ -1,0 +1,87 @@
+"""Generation ahead of training: the bounded producer, version stamps, stale-group drops, and the
+tiny config trained with async_steps=2."""
+
+import threading
+import time
+
+import pytest
+
+from rlvr.async_rollouts import (RolloutProducer, drop_stale_groups, group_version,
+                                 staleness_metrics)
+from rlvr.config import load_config
+from rlvr.trainer import train
+from rlvr.types import Completion, Prompt, Sample
+
+
+def _sample(version: int) -> Sample:
+    prompt = Prompt(id="p", messages=(), token_ids=(1, 2), ground_truth="1",
+                    verifiers=("gsm8k",), source="test")
+    return Sample(prompt=prompt, reward=1.0,
+                  completion=Completion(token_ids_T=[3], logprobs_T=[-0.1], finish_reason="stop",
+                                        text="1", model_version=version))
+
+
+def test_drop_stale_groups_judges_a_group_by_its_oldest_sample():
+    fresh, mixed, old = [_sample(4), _sample(5)], [_sample(2), _sample(5)], [_sample(1)]
+    kept, dropped = drop_stale_groups([fresh, mixed, old], policy_version=5, max_staleness=2)
+    assert kept == [fresh] and dropped == 2
+    assert group_version(mixed) == 2
+    kept, dropped = drop_stale_groups([fresh, mixed, old], policy_version=5, max_staleness=3)
+    assert kept == [fresh, mixed] and dropped == 1
+
+
+def test_staleness_metrics_report_versions_and_steps_off_policy():
+    m = staleness_metrics([[_sample(3), _sample(5)], [_sample(4)]], policy_version=5)
+    assert m["async/model_step_min"] == 3 and m["async/model_step_max"] == 5
+    assert m["async/model_step_mean"] == 4 and m["async/num_steps_off_policy"] == 2
+    assert staleness_metrics([], policy_version=5) == {}
+
+
+def test_producer_runs_ahead_by_at_most_async_steps_and_accounts_waiting():
+    made = []
+
+    def produce():
+        made.append(len(made))
+        return made[-1]
+
+    with RolloutProducer(produce, async_steps=2) as producer:
+        time.sleep(0.5)  # the trainer is busy: the producer fills the queue, then blocks
+        # two queued, plus the one it holds while waiting for space
+        assert len(made) == 3
+        first, waited = producer.next_batch(timeout_s=5)
+        assert first.item == 0 and waited < 0.2  # data was ready: the trainer did not wait
+        assert producer.blocked_since_last() > 0.3  # the producer waited for the trainer
+        assert [producer.next_batch(timeout_s=5)[0].item for _ in range(3)] == [1, 2, 3]
+
+
+def test_producer_error_reraises_in_the_trainer_and_thread_ends():
+    def produce():
+        raise ValueError("engine died")
+
+    producer = RolloutProducer(produce, async_steps=1)
+    with pytest.raises(RuntimeError, match="rollout generation failed") as info:
+        producer.next_batch(timeout_s=5)
+    assert isinstance(info.value.__cause__, ValueError)
+    producer.close()
+    assert not any(t.name == "rollout-producer" and t.is_alive() for t in threading.enumerate())
+
+
+def test_tiny_trains_with_async_steps_2_within_the_staleness_bound(tmp_path):
+    cfg = load_config("configs/tiny.yaml", [
+        f"experiment.output_dir={tmp_path}", "experiment.total_episodes=80",
+        "rollout.async_steps=2", "algorithm.filter_zero_std_samples=false",
+        "eval.local_eval_every=0", "logging.progress_bar=false", "checkpoint.save_final=false",
+        "checkpoint.save_freq=0"])
+    run = train(cfg)
+    steps = [r for r in run.history if r["training_step"] > 0]
+    assert [r["training_step"] for r in steps] == [1, 2, 3, 4, 5]
+    for r in steps:
+        step = r["training_step"]
+        # What trained step `step` came from weights at most 2 versions behind step - 1.
+        assert step - 1 - 2 <= r["async/model_step_min"] <= r["async/model_step_max"] <= step - 1
+        assert 0 <= r["async/num_steps_off_policy"] <= 2
+        assert r["async/stale_results_dropped"] >= 0
+        assert r["time/trainer_waiting_for_data"] >= 0
+        assert "time/generation_waiting_for_trainer" in r
+    assert steps[0]["async/model_step_max"] == 0  # the first batch comes from the initial weights
+    assert not any(t.name == "rollout-producer" and t.is_alive() for t in threading.enumerate())

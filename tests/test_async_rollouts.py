@@ -45,13 +45,14 @@ def test_producer_runs_ahead_by_at_most_async_steps_and_accounts_waiting():
         return made[-1]
 
     with RolloutProducer(produce, async_steps=2) as producer:
-        time.sleep(0.5)  # the trainer is busy: the producer fills the queue, then blocks
-        # two queued, plus the one it holds while waiting for space
-        assert len(made) == 3
+        time.sleep(0.5)  # the trainer is busy: the producer makes two batches, then blocks
+        assert len(made) == 2  # never more than async_steps ahead, finished or in progress
         first, waited = producer.next_batch(timeout_s=5)
         assert first.item == 0 and waited < 0.2  # data was ready: the trainer did not wait
         assert producer.blocked_since_last() > 0.3  # the producer waited for the trainer
         assert [producer.next_batch(timeout_s=5)[0].item for _ in range(3)] == [1, 2, 3]
+        time.sleep(0.3)
+        assert len(made) == 6  # taking three freed three slots
 
 
 def test_producer_error_reraises_in_the_trainer_and_thread_ends():
@@ -84,4 +85,47 @@ def test_tiny_trains_with_async_steps_2_within_the_staleness_bound(tmp_path):
         assert r["time/trainer_waiting_for_data"] >= 0
         assert "time/generation_waiting_for_trainer" in r
     assert steps[0]["async/model_step_max"] == 0  # the first batch comes from the initial weights
+    assert not any(t.name == "rollout-producer" and t.is_alive() for t in threading.enumerate())
+
+
+def _child_pids() -> set[int]:
+    import os
+    from pathlib import Path
+
+    me = str(os.getpid())
+    pids = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[1] == me and fields[0] != "Z":  # field 4 of stat: the parent pid
+            pids.add(int(stat.parent.name))
+    return pids
+
+
+def test_an_engine_failure_in_async_mode_stops_the_run_and_leaves_no_processes(tmp_path,
+                                                                            monkeypatch):
+    from rlvr.rollout.transformers_engine import TransformersEngine
+
+    calls = {"n": 0}
+    real_generate = TransformersEngine.generate
+
+    def failing_generate(self, prompts, params):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise RuntimeError("engine crashed")
+        return real_generate(self, prompts, params)
+
+    monkeypatch.setattr(TransformersEngine, "generate", failing_generate)
+    before = _child_pids()
+    cfg = load_config("configs/tiny.yaml", [
+        f"experiment.output_dir={tmp_path}", "experiment.total_episodes=96",
+        "rollout.async_steps=2", "eval.local_eval_every=0", "logging.progress_bar=false",
+        "checkpoint.save_freq=0"])
+    with pytest.raises(RuntimeError, match="rollout generation failed") as info:
+        train(cfg)
+    assert "engine crashed" in str(info.value.__cause__)
+    time.sleep(0.5)  # reaped scorer workers vanish from /proc
+    assert _child_pids() <= before  # no reward worker outlives the run
     assert not any(t.name == "rollout-producer" and t.is_alive() for t in threading.enumerate())

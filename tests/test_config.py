@@ -45,8 +45,18 @@ def test_wrong_type_names_the_field():
     (["optimizer.lr_scheduler_type=exp"], "optimizer.lr_scheduler_type"),
     (["rollout.num_samples_per_prompt_rollout=1"], "rollout.num_samples_per_prompt_rollout"),
     (["experiment.total_episodes=3"], "experiment.total_episodes"),
-    (["distributed.num_learners_per_node=[2]"], "distributed.num_learners_per_node"),
+    (["distributed.num_learners_per_node=[2]"], "distributed.launcher=ray"),
+    (["distributed.launcher=ray", "distributed.num_learners_per_node=[2]",
+      "distributed.sharding=none"], "distributed.sharding"),
+    (["distributed.launcher=ray", "checkpoint.checkpoint_state_freq=2"],
+     "checkpoint.checkpoint_state_freq"),
+    (["distributed.launcher=slurm"], "distributed.launcher"),
     (["algorithm.kl_estimator=7"], "algorithm.kl_estimator"),
+    (["rewards.additive_format_reward=true"], "rewards.apply_r1_style_format_reward"),
+    (["rollout.async_steps=-1"], "rollout.async_steps"),
+    (["rollout.inflight_updates=true"], "rollout.inflight_updates"),
+    (["rollout.async_steps=1", "algorithm.active_sampling=true"], "algorithm.active_sampling"),
+    (["rollout.engine=vllm", "rollout.vllm_max_model_len=64"], "rollout.vllm_max_model_len"),
 ])
 def test_incompatible_settings_name_their_fields(overrides, field):
     with pytest.raises(ConfigError, match=field.replace(".", r"\.")):

@@ -3,7 +3,8 @@ while the trainer trains on earlier ones.
 
 What it is: `RolloutProducer(produce, async_steps)`: `produce()` makes one step's batch (generate
 and score); the producer thread calls it again and again, blocking when `async_steps` batches
-wait unconsumed (backpressure). `next_batch()` hands the trainer the oldest. Time each side spends
+are ahead of the trainer, queued or being made (backpressure). Batches are never more than
+`async_steps` versions behind the policy that trains on them, so none need dropping. `next_batch()` hands the trainer the oldest. Time each side spends
 blocked on the other is measured (`time/generation_waiting_for_trainer`,
 `time/trainer_waiting_for_data`).
 What it is not: it does not decide what is too stale (see `drop_stale_groups`, applied by the
@@ -40,35 +41,37 @@ class RolloutProducer(Generic[T]):
         if async_steps < 1:
             raise ValueError("a producer thread needs async_steps >= 1; 0 runs inline")
         self._produce = produce
-        self._queue: queue.Queue[Produced[T] | BaseException] = queue.Queue(maxsize=async_steps)
+        # A slot is taken BEFORE generating and freed when the trainer takes a batch, so at most
+        # `async_steps` batches exist ahead of the trainer, finished or in progress. Bounding
+        # only the finished ones would let the producer hold one more batch made with old
+        # weights while it waits, one version staler than the bound: dropped, generation wasted.
+        self._slots = threading.Semaphore(async_steps)
+        self._queue: queue.Queue[Produced[T] | BaseException] = queue.Queue()
         self._stop = threading.Event()
-        self._blocked_s = 0.0  # total time the producer waited for queue space (the trainer)
+        self._blocked_s = 0.0  # total time the producer waited for a free slot (the trainer)
         self._reported_blocked_s = 0.0
         self._blocked_since: float | None = None  # start of the wait in progress, if any
         self._thread = threading.Thread(target=self._run, name="rollout-producer", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
-        while not self._stop.is_set():
+        while self._take_slot():
             try:
                 start = time.perf_counter()
                 item = self._produce()
                 made = time.perf_counter()
             except BaseException as e:  # noqa: BLE001  handed to the trainer, which re-raises
-                self._put(e)
+                self._queue.put(e)
                 return
-            if not self._put(Produced(item, made - start)):
-                return
+            self._queue.put(Produced(item, made - start))
 
-    def _put(self, value) -> bool:
+    def _take_slot(self) -> bool:
+        """Wait until fewer than `async_steps` batches are ahead; False once stopped."""
         start = self._blocked_since = time.perf_counter()
         try:
             while not self._stop.is_set():
-                try:
-                    self._queue.put(value, timeout=0.1)
+                if self._slots.acquire(timeout=0.1):
                     return True
-                except queue.Full:
-                    continue
             return False
         finally:
             self._blocked_s += time.perf_counter() - start  # only this thread writes it
@@ -101,6 +104,7 @@ class RolloutProducer(Generic[T]):
                     raise TimeoutError(f"no rollout batch within {timeout_s} s") from None
         if isinstance(value, BaseException):
             raise RuntimeError("rollout generation failed") from value
+        self._slots.release()  # the producer may start the next batch, with current weights
         return value, time.perf_counter() - start
 
     def close(self, timeout_s: float = 60.0) -> None:

@@ -149,6 +149,13 @@ class OptimizerConfig:
 @dataclass
 class DistributedConfig:
     num_learners_per_node: list[int] = field(default_factory=lambda: [1])
+    # local: everything in this process (the embedded default); ray: learners are Ray actors
+    # forming one gloo/NCCL group, on the cluster at ray_address or a Ray started here.
+    launcher: str = "local"
+    sharding: str = "fsdp"  # none | ddp | fsdp (FSDP2; fsdp is the ZeRO-3 equivalent)
+    cpu_offload: bool = False  # FSDP2 CPU offload of parameters, gradients, optimizer state
+    ray_address: str = ""  # "" starts (or reuses) a local Ray; "auto" or host:port joins one
+    collective_timeout_s: float = 600.0  # every collective raises after this; no hangs
 
 
 @dataclass
@@ -261,6 +268,28 @@ def _choice(errors: list[str], name: str, value: object, allowed: set | list) ->
         errors.append(f"{name}={value!r} is not one of {sorted(allowed)}")
 
 
+def _check_distributed(errors: list[str], cfg: Config) -> None:
+    d = cfg.distributed
+    _choice(errors, "distributed.launcher", d.launcher, {"local", "ray"})
+    _choice(errors, "distributed.sharding", d.sharding, {"none", "ddp", "fsdp"})
+    if any(n < 0 for n in d.num_learners_per_node) or cfg.world_size < 1:
+        errors.append(f"distributed.num_learners_per_node={d.num_learners_per_node} needs at "
+                      "least one learner and no negative count")
+    if d.launcher == "local" and cfg.world_size != 1:
+        errors.append(f"distributed.num_learners_per_node={d.num_learners_per_node}: the local "
+                      "launcher runs one learner; set distributed.launcher=ray")
+    if d.launcher == "ray":
+        if cfg.world_size > 1 and d.sharding == "none":
+            errors.append(f"distributed.sharding=none cannot split {cfg.world_size} learners; "
+                          "use ddp or fsdp")
+        if cfg.checkpoint.checkpoint_state_freq:
+            errors.append("checkpoint.checkpoint_state_freq: exact-resume state is saved by the "
+                          "local launcher only; with distributed.launcher=ray set it to 0 "
+                          "(model checkpoints, save_freq, still work)")
+    if d.collective_timeout_s <= 0:
+        errors.append(f"distributed.collective_timeout_s={d.collective_timeout_s} must be > 0")
+
+
 def _check_async(errors: list[str], cfg: Config) -> None:
     r = cfg.rollout
     if r.async_steps < 0:
@@ -369,9 +398,7 @@ def validate(cfg: Config) -> None:
             f"experiment.total_episodes={e.total_episodes} is less than one step's samples "
             f"(rollout.num_unique_prompts_rollout x num_samples_per_prompt_rollout = "
             f"{cfg.samples_per_step})")
-    if cfg.world_size != 1:
-        errors.append(f"distributed.num_learners_per_node={cfg.distributed.num_learners_per_node}:"
-                      " only one learner process is supported by the local launcher")
+    _check_distributed(errors, cfg)
     if not cfg.data.train:
         errors.append("data.train must name at least one source")
     for i, src in enumerate(cfg.data.train + cfg.data.eval):

@@ -21,7 +21,7 @@ import torch
 
 from rlvr.algorithm.importance import RhoCorrection
 from rlvr.async_rollouts import RolloutProducer, drop_stale_groups, staleness_metrics
-from rlvr.algorithm.losses import (LossParams, compute_policy_loss, normalization_unit,
+from rlvr.algorithm.losses import (LossParams, PolicyLoss, normalization_unit,
                                    summarize_loss_metrics)
 from rlvr.batching import BatchSettings, build_training_batch
 from rlvr.checkpoint import save_final_model, save_model_checkpoint, write_text_atomic
@@ -30,6 +30,7 @@ from rlvr.data import DataBundle, load_datasets, tokenize_datasets
 from rlvr.episodes import Episodes, RewardShaping, episode_metrics
 from rlvr.evaluation import evaluate
 from rlvr.interrupts import NumericalFault, StopOnSignal, TrainingInterrupted
+from rlvr.distributed.trainer_learner import GroupLearner
 from rlvr.learner import Learner, LearnerSettings, UpdateResult
 from rlvr.metrics import JsonlSink, MetricsLogger, StepTimer
 from rlvr.models import load_causal_lm, load_tokenizer, resolve_model_dir
@@ -53,7 +54,7 @@ class Run:
     output_dir: Path
     tokenizer: object
     data: DataBundle
-    learner: Learner
+    learner: Learner | GroupLearner  # one process, or ranks elsewhere (distributed.launcher=ray)
     engine: RolloutEngine
     scorer: RewardScorer
     logger: MetricsLogger
@@ -64,6 +65,7 @@ class Run:
     history: list[dict[str, float]] = field(default_factory=list)
     weights: WeightTransport | None = None  # learner -> engine; built with the engine
     data_lock: threading.Lock = field(default_factory=threading.Lock)
+    started: float = field(default_factory=time.perf_counter)  # for time/elapsed
 
 
 def seed_everything(seed: int) -> None:
@@ -85,23 +87,15 @@ def build_run(cfg: Config) -> Run:
     tokenizer = load_tokenizer(model_dir)
     data = tokenize_datasets(loaded, cfg.data, tokenizer, cfg.experiment.seed)
     policy = load_causal_lm(model_dir, cfg.model.dtype)
-    reference = Learner.frozen_copy(policy) if cfg.algorithm.beta > 0 else None
-    opt = cfg.optimizer
-    learner = Learner(policy, reference, LearnerSettings(
-        learning_rate=opt.learning_rate, lr_scheduler_type=opt.lr_scheduler_type,
-        warm_up_steps=opt.warm_up_steps,
-        total_optimizer_steps=cfg.num_training_steps * cfg.algorithm.num_epochs,
-        weight_decay=opt.weight_decay, max_grad_norm=opt.max_grad_norm,
-        betas=(opt.adam_beta1, opt.adam_beta2), eps=opt.adam_eps,
-        bf16_autocast=cfg.model.bf16_autocast,
-        gradient_checkpointing=cfg.model.gradient_checkpointing))
+    learner = build_learner(cfg, model_dir, policy)
     eos_ids = tuple(sorted({tokenizer.eos_token_id} | _generation_eos_ids(policy)))
     engine = create_engine(cfg.rollout.engine, model_dir, cfg.rollout, eos_ids,
                            tokenizer.pad_token_id)
     scorer = RewardScorer(num_workers=cfg.rewards.num_workers, timeout_s=cfg.rewards.timeout_s,
                           aggregator=cfg.rewards.reward_aggregator)
     state_dir = Path(cfg.checkpoint.checkpoint_state_dir or output_dir / "state")
-    state = load_latest_state(state_dir) if cfg.checkpoint.resume else None
+    resumable = isinstance(learner, Learner)  # several learners save no training state yet
+    state = load_latest_state(state_dir) if cfg.checkpoint.resume and resumable else None
     if state is not None:  # before the sink opens the file: drop steps the state does not hold
         JsonlSink.truncate_after(output_dir / "metrics.jsonl", state.step)
     logger = MetricsLogger(build_sinks(cfg, output_dir, to_dict(cfg)))
@@ -111,6 +105,38 @@ def build_run(cfg: Config) -> Run:
     if state is not None:
         restore_state(run, state)
     return run
+
+
+def learner_settings(cfg: Config) -> LearnerSettings:
+    opt = cfg.optimizer
+    return LearnerSettings(
+        learning_rate=opt.learning_rate, lr_scheduler_type=opt.lr_scheduler_type,
+        warm_up_steps=opt.warm_up_steps,
+        total_optimizer_steps=cfg.num_training_steps * cfg.algorithm.num_epochs,
+        weight_decay=opt.weight_decay, max_grad_norm=opt.max_grad_norm,
+        betas=(opt.adam_beta1, opt.adam_beta2), eps=opt.adam_eps,
+        bf16_autocast=cfg.model.bf16_autocast,
+        gradient_checkpointing=cfg.model.gradient_checkpointing)
+
+
+def build_learner(cfg: Config, model_dir: str, policy: torch.nn.Module) -> Learner | GroupLearner:
+    """The policy trained here (local launcher), or by Ray actors that load their own copies
+    and shard them (ray launcher); `policy` then stays the driver's copy for checkpoints."""
+    d = cfg.distributed
+    if d.launcher == "local":
+        reference = Learner.frozen_copy(policy) if cfg.algorithm.beta > 0 else None
+        return Learner(policy, reference, learner_settings(cfg))
+    from rlvr.distributed import LearnerGroup, LearnerSpec
+
+    spec = LearnerSpec(model_dir=str(model_dir), settings=learner_settings(cfg),
+                       dtype=cfg.model.dtype, sharding=d.sharding if cfg.world_size > 1 else
+                       "none", cpu_offload=d.cpu_offload, with_reference=cfg.algorithm.beta > 0,
+                       timeout_s=d.collective_timeout_s, num_threads=max(cfg.model.num_threads, 1))
+    group = LearnerGroup(spec, num_learners=cfg.world_size, backend="ray",
+                         ray_address=d.ray_address or None,
+                         placement_strategy="PACK" if len(d.num_learners_per_node) == 1
+                         else "SPREAD")
+    return GroupLearner(group, policy)
 
 
 def restore_state(run: Run, state: TrainingState) -> None:
@@ -213,8 +239,7 @@ def one_training_step(run: Run, step: int,
             kl_estimator=a.kl_estimator, denominator=a.loss_denominator or float(count), rho=rho)
         with timer("training"):
             result = run.learner.update(
-                batch, lambda inputs: compute_policy_loss(a.loss_fn, inputs, params),
-                num_micro_batches=a.num_mini_batches, num_epochs=a.num_epochs,
+                batch, PolicyLoss(a.loss_fn, params), num_micro_batches=a.num_mini_batches, num_epochs=a.num_epochs,
                 temperature=cfg.rollout.temperature)
         metrics.update(update_metrics(run, result))
         if a.ref_policy_update_freq and step % a.ref_policy_update_freq == 0:
@@ -270,6 +295,8 @@ def train(cfg: Config) -> Run:
         run.logger.close()
         run.scorer.close()
         run.engine.close()
+        if isinstance(run.learner, GroupLearner):
+            run.learner.close()
     return run
 
 
@@ -329,6 +356,8 @@ def _finish_step(run: Run, stop: StopOnSignal, step: int, metrics: dict[str, flo
     if cfg.checkpoint.save_freq and step % cfg.checkpoint.save_freq == 0:
         save_model_checkpoint(run.learner.policy, run.tokenizer, run.output_dir, step,
                               cfg.checkpoint.keep_last_n_checkpoints)
+    # Wall time since this process built the run: compares runs by reward per second.
+    metrics["time/elapsed"] = time.perf_counter() - run.started
     run.logger.log(step, metrics)
     run.history.append({"training_step": step, **metrics})
     skipped_in_a_row = skipped_in_a_row + 1 if metrics.get("optim/skipped_steps") else 0
@@ -339,7 +368,7 @@ def _finish_step(run: Run, stop: StopOnSignal, step: int, metrics: dict[str, flo
             f"{step}); the last good training state is in {run.state_dir}")
     freq = cfg.checkpoint.checkpoint_state_freq
     due = (freq and step % freq == 0) or stop.signum is not None
-    if due and not skipped_in_a_row:  # a skipped update is never the "last good" state
+    if due and not skipped_in_a_row and isinstance(run.learner, Learner):  # a skipped update is never the "last good" state
         save_state(capture_state(run, step), run.state_dir, cfg.checkpoint.keep_last_n_states)
     if stop.signum is not None and step < cfg.num_training_steps:
         raise TrainingInterrupted(stop.signum, step, str(run.state_dir))
@@ -352,6 +381,7 @@ def _log_start(run: Run) -> None:
              "data/bad_rows": float(run.data.num_bad_rows)}
     if run.cfg.eval.eval_at_start and run.data.eval_prompts:
         start.update(run_eval(run))
+    start["time/elapsed"] = time.perf_counter() - run.started
     run.logger.log(0, {**start, "episode": 0.0})
     run.history.append({"training_step": 0, **start})
 

@@ -228,3 +228,15 @@ def summarize_loss_metrics(sums: dict[str, float], num_tokens: float) -> dict[st
                         "val/rho_min": sums["rho_min"],
                         "val/rho_masked_frac": sums["rho_masked_count"] / n})
     return metrics
+
+
+@dataclass(frozen=True)
+class PolicyLoss:
+    """A registered loss bound to its parameters: a picklable `LossInputs -> LossOutputs`, so the
+    same object works in this process and can be sent to learner processes."""
+
+    name: str
+    params: LossParams
+
+    def __call__(self, inputs: LossInputs) -> LossOutputs:
+        return compute_policy_loss(self.name, inputs, self.params)

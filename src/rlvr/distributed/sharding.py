@@ -36,7 +36,7 @@ parameters may be DTensors.
 from __future__ import annotations
 
 import types
-from typing import Iterator, Literal
+from typing import Literal
 
 import torch
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
@@ -76,11 +76,23 @@ def shard_policy(model: torch.nn.Module, mode: ShardingMode, cpu_offload: bool,
     # and gradient reduction of a layer overlaps the backward of the layers below it.
     for layer in _decoder_layers(model):
         fully_shard(layer, mesh=mesh, offload_policy=offload)
-    fully_shard(model, mesh=mesh, offload_policy=offload)  # embeddings, final norm, head
+    # FSDP2 keeps the root's parameters gathered after forward, for the backward that follows;
+    # a frozen model (the reference) has no backward, so it gives them back at once.
+    frozen = not any(p.requires_grad for p in model.parameters())
+    fully_shard(model, mesh=mesh, offload_policy=offload,  # embeddings, final norm, head
+                reshard_after_forward=True if frozen else None)
     _sum_gradients_across_ranks(model)
     model.forward_logprobs = types.MethodType(forward_logprobs, model)
     register_fsdp_forward_method(model, "forward_logprobs")
     return model
+
+
+def reshard(model: torch.nn.Module) -> None:
+    """Every unit's parameters back to this rank's shards (a no-op when they are), so that
+    elementwise updates across two sharded models (Polyak) meet shards on both sides."""
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            module.reshard()
 
 
 def sharded_forward_logprobs(model: torch.nn.Module, batch: PackedBatch, temperature: float,
@@ -123,12 +135,3 @@ def gather_full_state_dict(model: torch.nn.Module,
     full = get_model_state_dict(
         model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     return full if world.is_main else None
-
-
-def named_full_weights(model: torch.nn.Module,
-                       world: World) -> Iterator[tuple[str, torch.Tensor]]:
-    """(name, full tensor) pairs on rank 0, nothing elsewhere: weights to save or send to an
-    engine. The gather runs when this is CALLED (not when iterated), so ranks that never
-    iterate still take part in it."""
-    full = gather_full_state_dict(model, world)
-    return iter(full.items() if full is not None else ())

@@ -1,9 +1,11 @@
-"""Who this process is among the learner's ranks, and the few scalar collectives the learner needs.
+"""Who this process is among the learner's ranks, and joining or leaving their process group.
 
 A `World` is a plain record passed in explicitly (no module singleton of ours); the process
 group itself is torch's default group, created by `init_world`. `World.single()` is the
-one-process case: every helper here is then a no-op that touches no process group, so
-single-process code paths never need torch.distributed to be initialised.
+one-process case, which never needs torch.distributed to be initialised.
+
+No scalar collectives live here: the driver sees the whole batch, so the global token count
+reaches every rank as a number in `LossParams`, without an all-reduce.
 
 Every collective carries the timeout given to `init_process_group`: with gloo, a peer that dies
 mid-collective makes the survivors raise (usually at once, because its sockets close; at the
@@ -15,9 +17,7 @@ from __future__ import annotations
 
 import datetime
 from dataclasses import dataclass
-from typing import Any
 
-import torch
 import torch.distributed as dist
 
 DEFAULT_TIMEOUT_S = 600.0
@@ -63,29 +63,3 @@ def init_world(rank: int, world_size: int, init_method: str, backend: str = "glo
 def destroy_world(world: World) -> None:
     if world.is_distributed and dist.is_initialized():
         dist.destroy_process_group()
-
-
-def all_reduce_sum(value: float, world: World) -> float:
-    """The sum of `value` over all ranks (float64, so token counts stay exact)."""
-    if not world.is_distributed:
-        return value
-    t = torch.tensor([value], dtype=torch.float64)
-    dist.all_reduce(t, op=dist.ReduceOp.SUM)
-    return float(t.item())
-
-
-def all_reduce_max(value: float, world: World) -> float:
-    if not world.is_distributed:
-        return value
-    t = torch.tensor([value], dtype=torch.float64)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return float(t.item())
-
-
-def all_gather_objects(obj: Any, world: World) -> list[Any]:
-    """Every rank's `obj` (picklable), in rank order; for small metric records, not tensors."""
-    if not world.is_distributed:
-        return [obj]
-    out: list[Any] = [None] * world.world_size
-    dist.all_gather_object(out, obj)
-    return out

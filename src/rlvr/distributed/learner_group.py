@@ -1,0 +1,249 @@
+"""The driver's handle on N learner ranks, with the surface the trainer uses from `Learner`.
+
+`update` splits the batch across ranks (`balance`), runs every rank's share, and combines the
+per-rank `UpdateResult`s into one that reads like a single process's. Two backends:
+- "local": one `LearnerWorker` in this process, no Ray (the embedded default, one learner).
+- "ray": one Ray actor per rank, placed by a placement group, joined in one gloo group.
+
+Failures are loud and bounded in time. A rank that raises, or whose process dies, fails the
+call: the driver waits briefly for the other ranks' errors (a dead peer makes them raise within
+the collective timeout), kills every actor and raises `LearnerGroupError` naming each rank and
+its traceback. After that the group refuses further calls; the run should stop.
+
+Not here: Ray for engines or data, the config (the trainer builds a `LearnerSpec`), the loss
+denominator (the caller's global count, passed in `LossParams`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from typing import Any, Iterator
+
+import torch
+
+from rlvr.algorithm.losses import LossParams
+from rlvr.distributed.balance import split_batch_for_ranks
+from rlvr.distributed.learner_worker import LearnerSpec, LearnerWorker
+from rlvr.learner import UpdateResult
+from rlvr.learner.learner import accumulate_sums
+from rlvr.types import PackedBatch
+
+log = logging.getLogger(__name__)
+
+BACKENDS = ("local", "ray")
+# After the first rank's error, how long to collect the others' before reporting.
+_ERROR_GRACE_S = 5.0
+
+
+class LearnerGroupError(RuntimeError):
+    """A learner rank failed (raised, died or timed out); the group is unusable."""
+
+
+def combine_results(results: list[UpdateResult], seconds: float) -> UpdateResult:
+    """One step's result from every rank's: sums add, maxima take the max. Grad norm, learning
+    rate and skipped steps are global (the norm is all-reduced), so rank 0's are everyone's."""
+    sums: dict[str, float] = {}
+    for r in results:
+        accumulate_sums(sums, r.loss_sums)
+    first = results[0]
+    return UpdateResult(
+        loss_sums=sums,
+        num_response_tokens=sum(r.num_response_tokens for r in results),
+        num_tokens=sum(r.num_tokens for r in results),
+        num_sequences=sum(r.num_sequences for r in results),
+        entropy_sum=sum(r.entropy_sum for r in results),
+        engine_diff_sum=sum(r.engine_diff_sum for r in results),
+        engine_diff_max=max(r.engine_diff_max for r in results),
+        grad_norm=first.grad_norm, learning_rate=first.learning_rate,
+        skipped_steps=first.skipped_steps, seconds=seconds)
+
+
+class LearnerGroup:
+    """`num_learners` ranks of one policy; call `close()` (or use `with`) when done."""
+
+    def __init__(self, spec: LearnerSpec, num_learners: int = 1, backend: str = "local",
+                 ray_address: str | None = None, cpus_per_learner: float = 1.0,
+                 placement_strategy: str = "PACK", worker_cls: type = LearnerWorker):
+        """`ray_address`: an existing cluster ("auto", "ray://host:10001", "host:6379"); None
+        uses the Ray session already initialised in this process, else starts a small local
+        one. `placement_strategy` is a Ray placement-group strategy ("PACK", "SPREAD",
+        "STRICT_SPREAD"...). `worker_cls`: a LearnerWorker subclass (tests inject faults)."""
+        if backend not in BACKENDS:
+            raise ValueError(f"backend '{backend}' is not one of {BACKENDS}")
+        if backend == "local" and num_learners != 1:
+            raise ValueError(f"the local backend runs one learner, not {num_learners}; "
+                             "use backend='ray'")
+        self.spec, self.num_learners, self.backend = spec, num_learners, backend
+        self._failure: str | None = None
+        self._placement_group = None
+        if backend == "local":
+            self._workers: list[Any] = [worker_cls(spec, 0, 1)]
+            self._workers[0].setup(None)
+        else:
+            self._start_ray_workers(ray_address, cpus_per_learner, placement_strategy,
+                                    worker_cls)
+
+    # ---- the Learner surface -------------------------------------------------------------
+
+    def update(self, batch: PackedBatch, loss_name: str, loss_params: LossParams,
+               num_micro_batches: int, num_epochs: int, temperature: float) -> UpdateResult:
+        """One step over `batch` on all ranks. `num_micro_batches` cuts the whole batch as on
+        one process (each rank runs ceil(M / N)); `loss_params.denominator` must be the whole
+        batch's count."""
+        start = time.perf_counter()
+        split = split_batch_for_ranks(batch, self.num_learners, num_micro_batches)
+        results = self._call("update", [
+            (part, loss_name, loss_params, split.num_micro_batches, num_epochs, temperature)
+            for part in split.parts])
+        return combine_results(results, seconds=time.perf_counter() - start)
+
+    def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """The policy's full weights, gathered on rank 0 and brought to the driver."""
+        full = self._call("named_full_weights", [()] * self.num_learners)[0]
+        return iter(full.items())
+
+    def update_reference(self, alpha: float) -> None:
+        self._call("update_reference", [(alpha,)] * self.num_learners)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Full policy, reference, optimizer and scheduler state (optimizer state keyed by
+        parameter name), for `load_state_dict` on a group of any size. As with
+        `nn.Module.state_dict`, the local backend's tensors are the live ones: save them
+        before the next update (Ray's arrive as copies)."""
+        return self._call("state_dict", [()] * self.num_learners)[0]
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._call("load_state_dict", [(state,)] + [(None,)] * (self.num_learners - 1))
+
+    def close(self) -> None:
+        """Stop every rank. Safe to call twice and after a failure. A Ray session stays up
+        (engines may share it): `ray.shutdown()` is the caller's."""
+        if self.backend == "local":
+            for w in self._workers:
+                w.shutdown()
+        else:
+            self._kill_ray_workers()
+        self._workers = []
+
+    def __enter__(self) -> "LearnerGroup":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- running calls on every rank -----------------------------------------------------
+
+    def _call(self, method: str, args_per_rank: list[tuple]) -> list[Any]:
+        if self._failure is not None:
+            raise LearnerGroupError(f"the learner group failed earlier: {self._failure}")
+        if not self._workers:
+            raise LearnerGroupError("the learner group is closed")
+        if self.backend == "local":
+            return [getattr(w, method)(*a) for w, a in zip(self._workers, args_per_rank)]
+        refs = [getattr(w, method).remote(*a) for w, a in zip(self._workers, args_per_rank)]
+        return self._wait_ray(refs, method)
+
+    def _wait_ray(self, refs: list, what: str) -> list[Any]:
+        """Every rank's return value, or LearnerGroupError at the first failure. Waits without
+        a deadline while all ranks run (an update may legitimately take long; a rank stuck in
+        a collective raises after the timeout); once one rank has finished, the others only
+        have local work left, so they get one collective timeout more."""
+        import ray
+
+        pending, done_at = list(refs), None
+        while pending:
+            timeout = (None if done_at is None
+                       else max(0.0, self.spec.timeout_s - (time.monotonic() - done_at)))
+            ready, pending = ray.wait(pending, num_returns=1, timeout=timeout)
+            if not ready:
+                late = f"did not finish within {self.spec.timeout_s:.0f} s of the first rank"
+                self._fail(what, {refs.index(r): (False, late) for r in pending})
+            try:
+                ray.get(ready[0])
+            except Exception:  # noqa: BLE001 - reported with every other rank's error below
+                self._fail(what, self._collect_errors(refs))
+            done_at = done_at or time.monotonic()
+        return ray.get(refs)
+
+    def _collect_errors(self, refs: list) -> dict[int, tuple[bool, str]]:
+        """Each failed rank: (its process died, the error text). A RayTaskError carries the
+        rank's own traceback."""
+        import ray
+
+        ray.wait(refs, num_returns=len(refs), timeout=_ERROR_GRACE_S)
+        errors = {}
+        for rank, ref in enumerate(refs):
+            try:
+                ray.get(ref, timeout=0)
+            except ray.exceptions.GetTimeoutError:
+                errors[rank] = (False, "still running when the group was stopped")
+            except Exception as e:  # noqa: BLE001
+                died = isinstance(e, ray.exceptions.RayActorError)
+                errors[rank] = (died, f"{type(e).__name__}: {e}")
+        return errors
+
+    def _fail(self, what: str, errors: dict[int, tuple[bool, str]]) -> None:
+        # A dead process is the cause; its peers' errors ("connection closed") are symptoms.
+        order = sorted(errors, key=lambda rank: (not errors[rank][0], rank))
+        report = "\n".join(f"--- learner rank {r}: {errors[r][1]}" for r in order)
+        self._failure = f"{what} failed on learner rank(s) {order}"
+        log.error("%s; stopping every learner", self._failure)
+        self._kill_ray_workers()
+        raise LearnerGroupError(f"{self._failure}; the group was stopped.\n{report}")
+
+    # ---- Ray plumbing --------------------------------------------------------------------
+
+    def _start_ray_workers(self, address: str | None, cpus: float, strategy: str,
+                           worker_cls: type) -> None:
+        import ray
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        _ensure_ray(address, math.ceil(self.num_learners * cpus))
+        pg = placement_group([{"CPU": cpus}] * self.num_learners, strategy=strategy)
+        self._placement_group = pg
+        try:
+            ray.get(pg.ready(), timeout=self.spec.timeout_s)
+        except ray.exceptions.GetTimeoutError:
+            self._kill_ray_workers()
+            raise LearnerGroupError(
+                f"Ray could not place {self.num_learners} learners of {cpus} CPU each within "
+                f"{self.spec.timeout_s:.0f} s; cluster resources: {ray.cluster_resources()}")
+        actor_cls = ray.remote(worker_cls)
+        self._workers = [
+            actor_cls.options(
+                num_cpus=cpus, max_restarts=0, name=None,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    pg, placement_group_bundle_index=rank),
+            ).remote(self.spec, rank, self.num_learners)
+            for rank in range(self.num_learners)]
+        address = self._wait_ray([self._workers[0].rendezvous_address.remote()], "start")[0]
+        self._call("setup", [(address,)] * self.num_learners)
+
+    def _kill_ray_workers(self) -> None:
+        import ray
+
+        for w in self._workers:
+            ray.kill(w, no_restart=True)
+        self._workers = []
+        if self._placement_group is not None:
+            ray.util.remove_placement_group(self._placement_group)
+            self._placement_group = None
+
+
+def _ensure_ray(address: str | None, num_cpus: int) -> None:
+    """Connect to `address`, reuse this process's Ray session, or start a small local one
+    (no dashboard, a 128 MB object store: sized for this 2-core machine's tiny models)."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    if address is not None:
+        ray.init(address=address)
+        return
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    ray.init(num_cpus=max(num_cpus, os.cpu_count() or 1), include_dashboard=False,
+             object_store_memory=128 * 2**20)

@@ -1,0 +1,175 @@
+"""One learner rank: joins the process group, loads and shards the policy, runs updates.
+
+`LearnerWorker` is a plain class. The local launcher runs one in the driver process; the Ray
+launcher wraps it with `ray.remote(LearnerWorker)` (`rlvr.distributed.learner_group`). Either way
+its methods are called on every rank in the same order: `update`, `named_full_weights`,
+`state_dict` and `load_state_dict` are collectives and would time out (not hang) if a rank
+skipped one.
+
+It is not the driver: it does not split batches (`balance`), pick ports for other ranks, or
+combine results across ranks. It builds the loss closure itself from a loss name and its
+parameters, because closures do not travel to other processes.
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
+                                                     get_optimizer_state_dict,
+                                                     set_model_state_dict,
+                                                     set_optimizer_state_dict)
+
+from rlvr.algorithm.losses import LossParams, compute_policy_loss
+from rlvr.distributed.sharding import (ShardingMode, gather_full_state_dict, reshard,
+                                       shard_policy, sharded_forward_logprobs)
+from rlvr.distributed.world import DEFAULT_TIMEOUT_S, World, destroy_world, init_world
+from rlvr.learner import Learner, LearnerSettings, UpdateResult
+from rlvr.learner.learner import LossFn
+from rlvr.models import load_causal_lm
+from rlvr.types import PackedBatch
+
+
+@dataclass(frozen=True)
+class LearnerSpec:
+    """What every rank needs to build its share of the learner (picklable: sent to actors)."""
+
+    model_dir: str  # a local directory every rank can read (resolve built-ins on the driver)
+    settings: LearnerSettings
+    dtype: str = "float32"  # "float32" | "bfloat16", as `rlvr.models.load_causal_lm`
+    sharding: ShardingMode = "fsdp"  # "none" only for a single rank
+    cpu_offload: bool = False
+    with_reference: bool = False  # a frozen reference policy (needed when beta > 0)
+    timeout_s: float = DEFAULT_TIMEOUT_S  # rendezvous and every collective
+    # torch threads per rank (several busy processes share the cores); 0 leaves the process's
+    # setting alone, which the local backend wants (it runs in the trainer's process)
+    num_threads: int = 1
+
+
+class LearnerWorker:
+    """Rank `rank` of `world_size` learners. Construct (cheap), then `setup` on every rank."""
+
+    def __init__(self, spec: LearnerSpec, rank: int, world_size: int):
+        self.spec, self.rank, self.world_size = spec, rank, world_size
+        self.world: World | None = None
+        self.learner: Learner | None = None
+
+    def rendezvous_address(self) -> str:
+        """An init_method on this rank's host, for rank 0 to serve (only rank 0 is asked).
+
+        The port is free when chosen; another process could take it before rank 0 binds it, in
+        which case setup fails loudly and the caller may retry."""
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("", 0))
+            port = s.getsockname()[1]
+        return f"tcp://{_node_ip()}:{port}"
+
+    def setup(self, init_method: str | None) -> None:
+        """Join the group (blocks until every rank has joined, or the timeout), load, shard."""
+        spec = self.spec
+        if spec.num_threads > 0:
+            torch.set_num_threads(spec.num_threads)
+        if self.world_size == 1:
+            self.world = World.single()
+        else:
+            self.world = init_world(self.rank, self.world_size, init_method,
+                                    timeout_s=spec.timeout_s)
+        policy = load_causal_lm(spec.model_dir, spec.dtype)
+        # Copied before sharding: FSDP2 rewrites the module in place, and each copy needs its
+        # own sharded parameters.
+        reference = Learner.frozen_copy(policy) if spec.with_reference else None
+        sharding = "none" if self.world_size == 1 else spec.sharding
+        shard_policy(policy, sharding, spec.cpu_offload, self.world)
+        if reference is not None:
+            shard_policy(reference, sharding, spec.cpu_offload, self.world)
+        # The optimizer is built inside Learner, after sharding, so it holds the DTensors.
+        self.learner = Learner(policy, reference, spec.settings,
+                               forward_fn=sharded_forward_logprobs)
+
+    def loss_fn(self, loss_name: str, loss_params: LossParams) -> LossFn:
+        """The loss the learner runs; `loss_params.denominator` is the GLOBAL count, so the
+        ranks' gradients sum to the one-process gradient."""
+        return lambda inputs: compute_policy_loss(loss_name, inputs, loss_params)
+
+    def update(self, batch_part: PackedBatch, loss_name: str, loss_params: LossParams,
+               num_micro_batches: int, num_epochs: int, temperature: float) -> UpdateResult:
+        """This rank's share of one update. Every rank must pass the same `num_micro_batches`
+        and have at least that many rows (`balance.split_batch_for_ranks` ensures both)."""
+        if batch_part.num_rows < num_micro_batches:
+            raise ValueError(f"rank {self.rank}: {batch_part.num_rows} rows for "
+                             f"{num_micro_batches} micro-batches; the ranks would fall out of "
+                             "step (split batches with rlvr.distributed.balance)")
+        return self._learner().update(batch_part, self.loss_fn(loss_name, loss_params),
+                                      num_micro_batches, num_epochs, temperature)
+
+    def named_full_weights(self) -> dict[str, torch.Tensor] | None:
+        """The policy's full weights on rank 0 (None elsewhere). A collective."""
+        return gather_full_state_dict(self._learner().policy, self.world)
+
+    def update_reference(self, alpha: float) -> None:
+        """Polyak step on this rank's shards: policy and reference are sharded alike."""
+        learner = self._learner()
+        reshard(learner.policy)
+        if learner.reference is not None:
+            reshard(learner.reference)
+        learner.update_reference(alpha)
+
+    def state_dict(self) -> dict[str, Any] | None:
+        """Full policy, reference, optimizer and scheduler state on rank 0 (None elsewhere),
+        keyed by parameter name. A collective."""
+        learner = self._learner()
+        opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        state = {
+            "policy": get_model_state_dict(learner.policy, options=opts),
+            "reference": (get_model_state_dict(learner.reference, options=opts)
+                          if learner.reference is not None else None),
+            "optimizer": get_optimizer_state_dict(learner.policy, learner.optimizer,
+                                                  options=opts),
+            "scheduler": learner.scheduler.state_dict(),
+        }
+        return state if self.rank == 0 else None
+
+    def load_state_dict(self, state: dict[str, Any] | None) -> None:
+        """Restore what `state_dict` returned: rank 0 passes it, the others pass None (rank 0
+        broadcasts). A collective."""
+        learner = self._learner()
+        opts = StateDictOptions(full_state_dict=True, broadcast_from_rank0=self.world_size > 1)
+        mine = state if self.rank == 0 else None
+        set_model_state_dict(learner.policy, mine["policy"] if mine else {}, options=opts)
+        if learner.reference is not None:
+            set_model_state_dict(learner.reference, mine["reference"] if mine else {},
+                                 options=opts)
+        set_optimizer_state_dict(learner.policy, learner.optimizer,
+                                 mine["optimizer"] if mine else {}, options=opts)
+        # Every rank steps its own scheduler: it is a few numbers, sent to all ranks.
+        scheduler = self._broadcast_object(mine["scheduler"] if mine else None)
+        learner.scheduler.load_state_dict(scheduler)
+
+    def shutdown(self) -> None:
+        if self.world is not None:
+            destroy_world(self.world)
+        self.learner = None
+
+    def _learner(self) -> Learner:
+        if self.learner is None:
+            raise RuntimeError(f"learner rank {self.rank} is not set up (call setup first)")
+        return self.learner
+
+    def _broadcast_object(self, obj: Any) -> Any:
+        if self.world_size == 1:
+            return obj
+        box = [obj]
+        torch.distributed.broadcast_object_list(box, src=0)
+        return box[0]
+
+
+def _node_ip() -> str:
+    """This host's address as Ray sees it (other nodes can reach it); loopback without Ray."""
+    try:
+        import ray
+    except ImportError:
+        return "127.0.0.1"
+    return ray.util.get_node_ip_address() if ray.is_initialized() else "127.0.0.1"

@@ -1,0 +1,160 @@
+"""The learner group: 2 sharded ranks give one process's losses and weights; an empty rank does
+not hang; a rank that dies mid-step ends the call with a clear error within the timeout.
+
+Ray tests share one Ray session per module (starting it costs 3-10 s) and skip when Ray is not
+installed. The tiny model keeps each update well under a second.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import time
+
+import pytest
+import torch
+
+from rlvr.algorithm.losses import LossParams
+from rlvr.algorithm.packing import SequenceToPack, pack_sequences
+from rlvr.distributed.learner_group import LearnerGroup, LearnerGroupError, combine_results
+from rlvr.distributed.learner_worker import LearnerSpec, LearnerWorker
+from rlvr.learner import LearnerSettings, UpdateResult
+
+FAULT_TIMEOUT_S = 20.0
+
+
+def _spec(model_dir: str, **kw) -> LearnerSpec:
+    settings = LearnerSettings(learning_rate=1e-3, lr_scheduler_type="linear", warm_up_steps=1,
+                               total_optimizer_steps=10, max_grad_norm=1.0)
+    return LearnerSpec(model_dir=model_dir, settings=settings, **kw)
+
+
+def _batch(num_groups: int, seed: int):
+    """Groups of 4 samples sharing a prompt, packed in rows of at most 40 tokens."""
+    gen = torch.Generator().manual_seed(seed)
+    seqs = []
+    for g in range(num_groups):
+        prompt = torch.randint(3, 250, (5 + g % 3,), generator=gen).tolist()
+        for k in range(4):
+            n = 2 + (g + 3 * k) % 6
+            seqs.append(SequenceToPack(prompt, torch.randint(3, 250, (n,), generator=gen).tolist(),
+                                       (-torch.rand(n, generator=gen) - 4).tolist(),
+                                       advantage=(-1.0) ** k * (k + 1) / 4, index=len(seqs)))
+    return pack_sequences(seqs, pack_length=40, strategy="first_fit_decreasing")
+
+
+def _params(batch, beta: float = 0.1) -> LossParams:
+    return LossParams(clip_lower=0.2, clip_higher=0.28, beta=beta, kl_estimator=2,
+                      denominator=float(batch.num_response_tokens))
+
+
+def _assert_same_result(got: UpdateResult, want: UpdateResult) -> None:
+    assert got.loss_sums.keys() == want.loss_sums.keys()
+    for key, value in want.loss_sums.items():
+        assert got.loss_sums[key] == pytest.approx(value, rel=1e-5, abs=1e-5), key
+    assert (got.num_response_tokens, got.num_tokens, got.num_sequences) == (
+        want.num_response_tokens, want.num_tokens, want.num_sequences)
+    assert got.entropy_sum == pytest.approx(want.entropy_sum, rel=1e-5)
+    assert got.engine_diff_max == pytest.approx(want.engine_diff_max, rel=1e-5)
+    assert got.grad_norm == pytest.approx(want.grad_norm, rel=1e-5)
+    assert got.learning_rate == want.learning_rate
+
+
+def _assert_same_weights(a: LearnerGroup, b: LearnerGroup, atol: float = 1e-5) -> None:
+    wa, wb = dict(a.named_weights()), dict(b.named_weights())
+    assert wa.keys() == wb.keys()
+    for name in wb:
+        torch.testing.assert_close(wa[name], wb[name], atol=atol, rtol=1e-4, msg=name)
+
+
+def test_combine_results_adds_sums_and_takes_maxima():
+    def result(tokens, loss, diff_max, grad_norm):
+        return UpdateResult(loss_sums={"policy_loss_sum": loss, "rho_max": diff_max},
+                            num_response_tokens=tokens, num_tokens=2 * tokens, num_sequences=1,
+                            entropy_sum=0.5, engine_diff_sum=0.25, engine_diff_max=diff_max,
+                            grad_norm=grad_norm, learning_rate=1e-3, skipped_steps=0,
+                            seconds=9.0)
+
+    out = combine_results([result(3, -1.0, 0.2, 4.0), result(0, 0.0, 0.0, 4.0)], seconds=1.5)
+    assert out.loss_sums == {"policy_loss_sum": -1.0, "rho_max": 0.2}
+    assert (out.num_response_tokens, out.num_tokens, out.num_sequences) == (3, 6, 2)
+    assert (out.entropy_sum, out.engine_diff_sum, out.engine_diff_max) == (1.0, 0.5, 0.2)
+    assert (out.grad_norm, out.seconds) == (4.0, 1.5)
+
+
+def test_local_group_state_round_trip(tiny_model_dir):
+    batch = _batch(2, seed=4)
+    with LearnerGroup(_spec(tiny_model_dir, with_reference=True)) as group:
+        group.update(batch, "dapo", _params(batch), 2, 1, 1.0)
+        state = copy.deepcopy(group.state_dict())  # local tensors are the live ones
+        first = group.update(batch, "dapo", _params(batch), 2, 1, 1.0)
+        group.load_state_dict(state)
+        again = group.update(batch, "dapo", _params(batch), 2, 1, 1.0)
+    _assert_same_result(again, first)
+
+
+def test_two_fsdp_ranks_match_one_process(ray_session, tiny_model_dir):
+    spec = _spec(tiny_model_dir, sharding="fsdp", with_reference=True, timeout_s=60)
+    with LearnerGroup(spec) as single, LearnerGroup(spec, 2, backend="ray") as pair:
+        for step in range(3):
+            batch = _batch(5, seed=step)
+            assert batch.num_rows >= 3
+            args = (batch, "dapo", _params(batch), 2, 2, 1.0)  # 2 micro-batches, 2 epochs
+            _assert_same_result(pair.update(*args), single.update(*args))
+            if step == 1:
+                single.update_reference(0.5)
+                pair.update_reference(0.5)
+            _assert_same_weights(pair, single)
+        # State saved by two ranks restores an equivalent state in one process.
+        state = pair.state_dict()
+        batch = _batch(3, seed=9)
+        args = (batch, "grpo", LossParams(0.2, 0.28, 0.1, 2, float(batch.num_sequences)),
+                3, 1, 1.0)
+        want = pair.update(*args)
+        single.load_state_dict(state)
+        _assert_same_result(single.update(*args), want)
+
+
+def test_a_rank_with_no_rows_does_not_hang(ray_session, tiny_model_dir):
+    spec = _spec(tiny_model_dir, sharding="ddp", timeout_s=30)
+    batch = _batch(1, seed=5)
+    batch = batch.select_rows([0])  # one row for two ranks
+    with LearnerGroup(spec) as single, LearnerGroup(spec, 2, backend="ray") as pair:
+        start = time.monotonic()
+        got = pair.update(batch, "dapo", _params(batch, beta=0.0), 4, 1, 1.0)
+        assert time.monotonic() - start < 10
+        _assert_same_result(got, single.update(batch, "dapo", _params(batch, beta=0.0), 4, 1,
+                                               1.0))
+        _assert_same_weights(pair, single)
+
+
+class DiesMidStep(LearnerWorker):
+    """Rank 1's process exits inside its first loss computation: after the forward pass's
+    all-gathers, before the backward's reduce-scatters, which rank 0 then waits for."""
+
+    def loss_fn(self, loss_name, loss_params):
+        inner = super().loss_fn(loss_name, loss_params)
+
+        def dying(inputs):
+            if self.rank == 1:
+                os._exit(3)
+            return inner(inputs)
+        return dying
+
+
+def test_a_learner_that_dies_mid_step_fails_the_call_quickly(ray_session, tiny_model_dir):
+    spec = _spec(tiny_model_dir, sharding="fsdp", timeout_s=FAULT_TIMEOUT_S)
+    batch = _batch(4, seed=6)
+    group = LearnerGroup(spec, 2, backend="ray", worker_cls=DiesMidStep)
+    try:
+        start = time.monotonic()
+        with pytest.raises(LearnerGroupError) as failure:
+            group.update(batch, "dapo", _params(batch, beta=0.0), 1, 1, 1.0)
+        assert time.monotonic() - start < FAULT_TIMEOUT_S
+        message = str(failure.value)
+        assert "update failed on learner rank(s) [1, 0]" in message  # the dead rank first
+        assert "ActorDiedError" in message
+        with pytest.raises(LearnerGroupError, match="failed earlier"):
+            group.named_weights()
+    finally:
+        group.close()

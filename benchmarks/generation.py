@@ -4,8 +4,9 @@
 
 Each engine runs in its own child process (in-process vLLM rebinds the process's OpenMP threads,
 which would skew whatever ran after it) with `--threads` compute threads, on the same GSM8K
-prompts under the model's chat template, temperature 1.0. Tokens per second counts generated tokens only; start-up
-and one warm-up call are excluded and reported separately. Prints a table and the ratio.
+prompts under the model's chat template, temperature 1.0. Tokens per second counts generated
+tokens only; start-up and one warm-up call are excluded and reported separately. Prints a table
+and the ratio.
 """
 
 from __future__ import annotations

@@ -1,11 +1,12 @@
-"""Generation ahead of training: a producer thread fills a bounded queue with scored batches
-while the trainer trains on earlier ones.
+"""Generation ahead of training: a producer thread makes scored batches, at most `async_steps`
+ahead, while the trainer trains on earlier ones.
 
 What it is: `RolloutProducer(produce, async_steps)`: `produce()` makes one step's batch (generate
 and score); the producer thread calls it again and again, blocking when `async_steps` batches
 are ahead of the trainer, queued or being made (backpressure). Batches are never more than
-`async_steps` versions behind the policy that trains on them, so none need dropping. `next_batch()` hands the trainer the oldest. Time each side spends
-blocked on the other is measured (`time/generation_waiting_for_trainer`,
+`async_steps` versions behind the policy that trains on them, so none need dropping.
+`next_batch()` hands the trainer the oldest. Time each side spends blocked on the other is
+measured (`time/generation_waiting_for_trainer`,
 `time/trainer_waiting_for_data`).
 What it is not: it does not decide what is too stale (see `drop_stale_groups`, applied by the
 trainer, which knows the policy version) or when weights move (the trainer pushes them after

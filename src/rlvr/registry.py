@@ -6,9 +6,27 @@ Plain Python with no imports, so verifier worker processes can use it without lo
 
 from __future__ import annotations
 
-from typing import Callable, Generic, TypeVar
+from typing import Any, Callable, Generic, TypeVar
 
 T = TypeVar("T")
+
+
+def origin(obj: Any) -> str:
+    """Where a registered object was defined: "module.qualname"."""
+    return f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', repr(obj))}"
+
+
+def add_unique(table: dict[str, T], kind: str, name: str, obj: T) -> None:
+    """`table[name] = obj`, refusing a second, different object under the same name.
+
+    Re-importing a module (importlib.reload, a worker importing a plugin twice) re-runs its
+    decorators with new objects of the same origin: that is not a clash.
+    """
+    known = table.get(name)
+    if known is not None and origin(known) != origin(obj):
+        raise ValueError(f"{kind} '{name}' is already registered by {origin(known)}; "
+                         f"{origin(obj)} cannot take the name")
+    table[name] = obj
 
 
 class Registry(dict[str, T], Generic[T]):

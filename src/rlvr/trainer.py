@@ -211,13 +211,12 @@ def produce_episodes(run: Run, step: int) -> tuple[Episodes, dict[str, float]]:
     return episodes, metrics
 
 
-def one_training_step(run: Run, step: int,
-                      produced: tuple[Episodes, dict[str, float]] | None = None) -> dict[str, float]:
+def one_training_step(run: Run, step: int, produced: tuple[Episodes, dict[str, float]] | None = None
+                      ) -> dict[str, float]:
     """Train step `step` on `produced` (made ahead by the producer), or generate it now."""
     cfg, timer = run.cfg, StepTimer()
     a = cfg.algorithm
     episodes, metrics = produced if produced is not None else produce_episodes(run, step)
-    metrics = dict(metrics)
     metrics.update(staleness_metrics(episodes.groups, policy_version=step - 1))
     training = build_training_batch(episodes.groups, BatchSettings(
         a.advantage_normalization_type, a.filter_zero_std_samples, a.pack_length,
@@ -239,20 +238,20 @@ def one_training_step(run: Run, step: int,
             kl_estimator=a.kl_estimator, denominator=a.loss_denominator or float(count), rho=rho)
         with timer("training"):
             result = run.learner.update(
-                batch, PolicyLoss(a.loss_fn, params), num_micro_batches=a.num_mini_batches, num_epochs=a.num_epochs,
-                temperature=cfg.rollout.temperature)
+                batch, PolicyLoss(a.loss_fn, params), num_micro_batches=a.num_mini_batches,
+                num_epochs=a.num_epochs, temperature=cfg.rollout.temperature)
         metrics.update(update_metrics(run, result))
         if a.ref_policy_update_freq and step % a.ref_policy_update_freq == 0:
             run.learner.update_reference(a.alpha)
         with timer("weight_sync"):
             run.weights.push(run.learner.named_weights(), version=step)
-    metrics.update(timer.as_metrics())
+    timings = timer.as_metrics()
+    metrics.update(timings)
     # Synchronous: generation + training + sync. Asynchronous: what the trainer spent, waiting
     # for data included; generation ran meanwhile and is reported separately.
-    metrics["time/step"] = (sum(timer.as_metrics().values()) + metrics.get("time/generation", 0.0)
-                            if produced is None else
-                            sum(timer.as_metrics().values())
-                            + metrics.get("time/trainer_waiting_for_data", 0.0))
+    waited = (metrics.get("time/generation", 0.0) if produced is None
+              else metrics.get("time/trainer_waiting_for_data", 0.0))
+    metrics["time/step"] = sum(timings.values()) + waited
     metrics["episode"] = float(run.episode)
     return metrics
 
@@ -368,7 +367,8 @@ def _finish_step(run: Run, stop: StopOnSignal, step: int, metrics: dict[str, flo
             f"{step}); the last good training state is in {run.state_dir}")
     freq = cfg.checkpoint.checkpoint_state_freq
     due = (freq and step % freq == 0) or stop.signum is not None
-    if due and not skipped_in_a_row and isinstance(run.learner, Learner):  # a skipped update is never the "last good" state
+    # A skipped update is never the "last good" state; several learners save none yet.
+    if due and not skipped_in_a_row and isinstance(run.learner, Learner):
         save_state(capture_state(run, step), run.state_dir, cfg.checkpoint.keep_last_n_states)
     if stop.signum is not None and step < cfg.num_training_steps:
         raise TrainingInterrupted(stop.signum, step, str(run.state_dir))

@@ -54,14 +54,9 @@ def extract_candidate(completion: str) -> str:
     fallback are returned as plain text, which math-verify searches for its last expression
     (`$plain 42$` would parse as a product of letters, `plain 42` parses as 42).
     """
-    boxed = last_boxed(completion)
-    if boxed is not None:
-        return f"{_BOXED}{{{boxed}}}"
-    final = None
-    for final in _FINAL_ANSWER.finditer(completion):
-        pass
-    if final is not None:
-        return final.group(1).strip().rstrip(".")
+    committed = strict_candidate(completion)
+    if committed is not None:
+        return committed
     dollars = _DOLLARS.findall(completion)
     if dollars:
         return f"${dollars[-1]}$"

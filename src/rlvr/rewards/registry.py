@@ -15,6 +15,8 @@ from __future__ import annotations
 import importlib
 from typing import Callable
 
+from rlvr.registry import add_unique
+
 Verifier = Callable[[str, str], float]
 
 VERIFIERS: dict[str, Verifier] = {}
@@ -27,13 +29,7 @@ def register_verifier(name: str) -> Callable[[Verifier], Verifier]:
                          "(':' marks a 'package.module:function' name)")
 
     def register(fn: Verifier) -> Verifier:
-        known = VERIFIERS.get(name)
-        # Re-importing a module (importlib.reload, a worker importing a plugin twice) re-runs the
-        # decorator with a new function object of the same origin: that is not a clash.
-        if known is not None and _origin(known) != _origin(fn):
-            raise ValueError(f"verifier '{name}' is already registered by {_origin(known)}; "
-                             f"{_origin(fn)} cannot take the name")
-        VERIFIERS[name] = fn
+        add_unique(VERIFIERS, "verifier", name, fn)
         return fn
 
     return register
@@ -77,6 +73,3 @@ def _import_verifier(name: str) -> Verifier:
     VERIFIERS[name] = fn  # later calls skip the import machinery
     return fn
 
-
-def _origin(fn: Verifier) -> str:
-    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"

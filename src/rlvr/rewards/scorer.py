@@ -230,8 +230,8 @@ class RewardScorer:
     Workers import `rlvr.rewards` and every module that registered a verifier before this scorer
     was built; a verifier registered later, or defined in `__main__`, is unknown to them (naming
     it `package.module:function` works everywhere).
-    Thread-safe: concurrent `score` calls run one after the other. Use as a context manager, or call `close()`; a
-    scorer that is garbage-collected, or alive at interpreter exit, kills its workers too.
+    Thread-safe: concurrent `score` calls run one after the other. Use as a context manager, or
+    call `close()`; a scorer that is garbage-collected, or alive at interpreter exit, kills its workers too.
     """
 
     def __init__(self, num_workers: int = 2, timeout_s: float = 5.0, aggregator: str = "last"):

@@ -52,7 +52,8 @@ def configure_vllm_environment(cfg: RolloutConfig) -> None:
         "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
         "VLLM_CPU_OMP_THREADS_BIND": cfg.vllm_cpu_threads_bind or f"0-{(os.cpu_count() or 1) - 1}",
         "VLLM_CACHE_ROOT": os.path.join(os.path.expanduser("~"), ".cache", "rlvr", "vllm"),
-        "VLLM_LOGGING_LEVEL": "ERROR",  # its per-call warnings (raw prompts, rotary reload) are noise here
+        # Its per-call warnings (raw prompts, rotary weights on reload) are noise here.
+        "VLLM_LOGGING_LEVEL": "ERROR",
     }
     for key, value in defaults.items():
         os.environ.setdefault(key, value)
@@ -102,7 +103,8 @@ class VLLMEngine:
             with self._step_lock:  # a weight load must not land between two requests' adds
                 for i, prompt in enumerate(prompts):
                     request_id = f"r{next(self._request_ids)}"
-                    self._engine.add_request(request_id, TokensPrompt(prompt_token_ids=list(prompt)),
+                    self._engine.add_request(request_id,
+                                             TokensPrompt(prompt_token_ids=list(prompt)),
                                              self._vllm_params(params, i))
                     order.append(request_id)
                     versions[request_id] = self.version
@@ -151,7 +153,8 @@ class VLLMEngine:
                           finish_reason="length" if out.finish_reason == "length" else "stop",
                           text=out.text, model_version=version)
 
-    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]],
+                       version: int) -> None:
         """Load new weights in place (vLLM repacks CPU weights, so its own loader must run)."""
         worker = self._engine.model_executor.driver_worker.worker
         weights = dict(named_tensors)

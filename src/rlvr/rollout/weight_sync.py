@@ -15,6 +15,7 @@ the rendezvous store, so each push carries only the version and the numbers.
 
 from __future__ import annotations
 
+import math
 import pickle
 from datetime import timedelta
 from typing import Iterable, Protocol
@@ -61,13 +62,12 @@ def _flatten(tensors: list[torch.Tensor]) -> dict[torch.dtype, torch.Tensor]:
     return {dtype: torch.cat(parts) for dtype, parts in by_dtype.items()}
 
 
-def _unflatten(buffers: dict[torch.dtype, torch.Tensor], layout: Layout) -> list[tuple[str, torch.Tensor]]:
+def _unflatten(buffers: dict[torch.dtype, torch.Tensor],
+               layout: Layout) -> list[tuple[str, torch.Tensor]]:
     offsets = {dtype: 0 for dtype in buffers}
     out = []
     for name, shape, dtype in layout:
-        n = 1
-        for d in shape:
-            n *= d
+        n = math.prod(shape)
         out.append((name, buffers[dtype][offsets[dtype]:offsets[dtype] + n].view(shape)))
         offsets[dtype] += n
     return out
@@ -114,10 +114,7 @@ class BroadcastReceiver:
         self.layout: Layout = pickle.loads(self.store.get("rlvr/weights/layout"))
         sizes: dict[torch.dtype, int] = {}
         for _, shape, dtype in self.layout:
-            n = 1
-            for d in shape:
-                n *= d
-            sizes[dtype] = sizes.get(dtype, 0) + n
+            sizes[dtype] = sizes.get(dtype, 0) + math.prod(shape)
         self.buffers = {dtype: torch.empty(n, dtype=dtype) for dtype, n in sizes.items()}
 
     def receive(self) -> tuple[int, list[tuple[str, torch.Tensor]]] | None:

@@ -19,6 +19,7 @@ import inspect
 import re
 from typing import Any, Callable
 
+from rlvr.registry import add_unique
 from rlvr.rewards.ifeval.language import is_language
 from rlvr.rewards.ifeval.text import (count_phrase, split_paragraphs, split_sentences,
                                       split_words)
@@ -36,12 +37,7 @@ def register_constraint(constraint_id: str) -> Callable[[Checker], Checker]:
         raise ValueError(f"constraint id {constraint_id!r} is not 'family:name'")
 
     def register(fn: Checker) -> Checker:
-        known = CONSTRAINTS.get(constraint_id)
-        # A reloaded module re-registers a function of the same origin: that is not a clash.
-        if known is not None and _origin(known) != _origin(fn):
-            raise ValueError(f"constraint '{constraint_id}' is already registered by "
-                             f"{_origin(known)}")
-        CONSTRAINTS[constraint_id] = fn
+        add_unique(CONSTRAINTS, "constraint", constraint_id, fn)
         return fn
 
     return register
@@ -104,10 +100,6 @@ def compare(count: int, relation: str, target: Any, name: str = "count") -> bool
     if relation == "at least":
         return count >= target
     raise ValueError(f"relation {relation!r} is not one of {RELATIONS}")
-
-
-def _origin(fn: Checker) -> str:
-    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
 
 
 # --- keywords ---------------------------------------------------------------------------------

@@ -1,15 +1,18 @@
 """Seconds per training step, synchronous vs asynchronous generation, on the quick-start config;
 and, with --curve, held-out reward against wall time for full runs.
 
-    python benchmarks/async_pipeline.py [--steps 6] [--engine transformers|vllm]
-    python benchmarks/async_pipeline.py --curve     # full quick-start runs, ~25 min here
+    python benchmarks/async_pipeline.py [--steps 6] [--engine transformers|vllm] [--actors]
+    python benchmarks/async_pipeline.py --curve [--seeds 1 2] [--level 0.9]  # ~15 min a seed
 
 Each variant is a separate `rlvr train configs/quickstart.yaml ...` process (fresh output dir,
 no eval in the s/step runs). Seconds per step is wall time from the end of step 1 to the end of
 the last step divided by the steps in between (`time/elapsed` in metrics.jsonl), so model
 loading, engine start-up and the first step's warm-up are left out. Prints both figures and the
-ratio. --curve runs the synchronous transformers engine and vLLM with async_steps=1, evaluating
-every 5 steps, and prints eval/scores with the wall time at which each was measured.
+ratio. --actors runs the engine as a Ray actor and the learner as another (each in its own
+process; weights broadcast from the learner). --curve runs full quick-start runs (eval every 5
+steps) with the transformers engine synchronously, vLLM synchronously and vLLM with
+async_steps=1, per seed, prints eval/scores with the wall time at which each was measured, and
+when each first reached --level.
 """
 
 from __future__ import annotations
@@ -40,33 +43,58 @@ def seconds_per_step(rows: list[dict]) -> float:
     return (steps[-1]["time/elapsed"] - steps[0]["time/elapsed"]) / (len(steps) - 1)
 
 
+def layout(args) -> list[str]:
+    return ["distributed.launcher=ray", "rollout.vllm_num_engines=1"] if args.actors else []
+
+
 def step_time(args, tmp: Path) -> None:
     episodes = 64 * (args.steps + 1)  # the quick-start batch is 8 prompts x 8 samples
     common = [f"experiment.total_episodes={episodes}", "eval.local_eval_every=0",
-              "eval.eval_at_start=false", f"rollout.engine={args.engine}"]
+              "eval.eval_at_start=false", f"rollout.engine={args.engine}", *layout(args)]
     sync = train("sync", common + ["rollout.async_steps=0"], tmp / "sync")
     asyn = train("async", common + [f"rollout.async_steps={args.async_steps}"], tmp / "async")
     s, a = seconds_per_step(sync), seconds_per_step(asyn)
     dropped = sum(r.get("async/stale_results_dropped", 0.0) for r in asyn)
     off = [r["async/num_steps_off_policy"] for r in asyn if "async/num_steps_off_policy" in r]
-    print(f"quick-start, {args.engine} engine, {args.steps + 1} steps (s/step over steps 2..)")
+    where = "engine and learner actors" if args.actors else "one process"
+    print(f"quick-start, {args.engine} engine, {where}, {args.steps + 1} steps "
+          "(s/step over steps 2..)")
     print(f"  sync               {s:7.2f} s/step")
     print(f"  async_steps={args.async_steps}      {a:7.2f} s/step   ({s / a:.2f}x faster; "
           f"{dropped:.0f} stale groups dropped, steps off policy max {max(off, default=0):.0f})")
 
 
+CURVE_RUNS = {
+    "transformers sync": ["rollout.engine=transformers", "rollout.async_steps=0"],
+    "vllm sync": ["rollout.engine=vllm", "rollout.async_steps=0"],
+    "vllm async_steps=1": ["rollout.engine=vllm", "rollout.async_steps=1"],
+}
+
+
+def first_time_at(rows: list[dict], level: float) -> float | None:
+    """Wall time of the first eval at or above `level` (None if never)."""
+    return next((r["time/elapsed"] for r in rows if r.get("eval/scores", -1) >= level), None)
+
+
 def curve(args, tmp: Path) -> None:
-    runs = {
-        "transformers sync": ["rollout.engine=transformers", "rollout.async_steps=0"],
-        "vllm async_steps=1": ["rollout.engine=vllm", "rollout.async_steps=1"],
-    }
-    for name, overrides in runs.items():
-        rows = train(name, overrides, tmp / name.replace(" ", "_"))
-        points = [f"{r['time/elapsed']:6.0f}s:{r['eval/scores']:.3f}"
-                  for r in rows if "eval/scores" in r]
-        print(f"{name:20s} eval/scores at wall time: {'  '.join(points)}")
-        print(f"{'':20s} total {rows[-1]['time/elapsed']:.0f} s, "
-              f"{seconds_per_step(rows):.1f} s/step")
+    reached: dict[str, list[float | None]] = {name: [] for name in CURVE_RUNS}
+    for seed in args.seeds:
+        for name, overrides in CURVE_RUNS.items():
+            rows = train(f"{name} seed {seed}", [*overrides, f"experiment.seed={seed}",
+                                                 *layout(args)],
+                         tmp / f"{name.replace(' ', '_')}_{seed}")
+            points = [f"{r['time/elapsed']:4.0f}s:{r['eval/scores']:.2f}"
+                      for r in rows if "eval/scores" in r]
+            print(f"{name:20s} seed {seed}  eval/scores at wall time: {'  '.join(points)}")
+            print(f"{'':28s} total {rows[-1]['time/elapsed']:.0f} s, "
+                  f"{seconds_per_step(rows):.1f} s/step", flush=True)
+            reached[name].append(first_time_at(rows, args.level))
+    print(f"first eval >= {args.level} (wall seconds; seeds {args.seeds}):")
+    for name, times in reached.items():
+        shown = ", ".join("never" if t is None else f"{t:.0f}" for t in times)
+        done = [t for t in times if t is not None]
+        mean = f"mean {sum(done) / len(done):.0f} s" if len(done) == len(times) else ""
+        print(f"  {name:20s} {shown}   {mean}")
 
 
 def main() -> None:
@@ -74,7 +102,12 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=6, help="timed steps (after a warm-up step)")
     parser.add_argument("--engine", default="transformers")
     parser.add_argument("--async-steps", type=int, default=1)
+    parser.add_argument("--actors", action="store_true",
+                        help="engine and learner as Ray actors (distributed.launcher=ray)")
     parser.add_argument("--curve", action="store_true")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1], help="--curve: seeds")
+    parser.add_argument("--level", type=float, default=0.9,
+                        help="--curve: report when eval/scores first reaches this")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         (curve if args.curve else step_time)(args, Path(tmp))

@@ -1,17 +1,19 @@
 """The training loop, readable top to bottom: set up a run, then repeat `one_training_step`.
 
-One step: sample prompts, generate a group per prompt, score, compute advantages and filter,
-pack, update the policy, sync weights to the engine, and report metrics. Components are built
-here from their config sections and passed in explicitly; none of them sees the whole config.
-With `rollout.async_steps = k > 0`, a producer thread generates batches up to k steps ahead
-(`async_rollouts`) and the step trains on the oldest, minus groups more than k versions stale.
+One step: sample prompts, generate a group per prompt, score (the `EpisodeSource`), compute
+advantages and filter, pack, update the policy, sync weights to the engine, and report metrics.
+Components are built here from their config sections and passed in explicitly; none of them
+sees the whole config. With `rollout.async_steps = k > 0`, a producer thread generates batches
+up to k steps ahead (`async_rollouts`) and the step trains on the oldest, minus groups more than
+k versions stale. With `distributed.launcher=ray` the learners, the engines and the episode
+source may each be Ray actors (`rlvr.distributed`) behind the same surfaces.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import random
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,21 +29,24 @@ from rlvr.batching import BatchSettings, build_training_batch
 from rlvr.checkpoint import save_final_model, save_model_checkpoint, write_text_atomic
 from rlvr.config import Config, to_dict, to_yaml
 from rlvr.data import DataBundle, load_datasets, tokenize_datasets
-from rlvr.episodes import Episodes, RewardShaping, episode_metrics
+from rlvr.distributed.data_prep import DataPrepActor
+from rlvr.distributed.engine_group import EngineGroup
+from rlvr.distributed.trainer_learner import GroupLearner
+from rlvr.episode_source import EpisodeSource, SourceSettings
+from rlvr.episodes import Episodes, RewardShaping
 from rlvr.evaluation import evaluate
 from rlvr.interrupts import NumericalFault, StopOnSignal, TrainingInterrupted
-from rlvr.distributed.trainer_learner import GroupLearner
 from rlvr.learner import Learner, LearnerSettings, UpdateResult
 from rlvr.metrics import JsonlSink, MetricsLogger, StepTimer
 from rlvr.models import load_causal_lm, load_tokenizer, resolve_model_dir
 from rlvr.rewards.scorer import RewardScorer
 from rlvr.rollout import RolloutEngine, create_engine
 from rlvr.rollout.weight_sync import LocalTransport, WeightTransport
-from rlvr.sampling import ActiveSampling, collect_episodes, solved_prompt_ids
+from rlvr.sampling import ActiveSampling
 from rlvr.state import TrainingState, capture_rng, load_latest_state, restore_rng, save_state
 from rlvr.throughput import ModelShape, learner_throughput
 from rlvr.tracking import build_sinks
-from rlvr.types import Prompt, SamplingParams
+from rlvr.types import SamplingParams
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +61,8 @@ class Run:
     data: DataBundle
     learner: Learner | GroupLearner  # one process, or ranks elsewhere (distributed.launcher=ray)
     engine: RolloutEngine
-    scorer: RewardScorer
+    scorer: RewardScorer  # evaluation's; a data-preparation actor scores training batches
+    source: EpisodeSource | DataPrepActor  # a step's scored groups
     logger: MetricsLogger
     model_shape: ModelShape
     state_dir: Path
@@ -64,7 +70,6 @@ class Run:
     start_step: int = 0  # the step a resumed run continues after
     history: list[dict[str, float]] = field(default_factory=list)
     weights: WeightTransport | None = None  # learner -> engine; built with the engine
-    data_lock: threading.Lock = field(default_factory=threading.Lock)
     started: float = field(default_factory=time.perf_counter)  # for time/elapsed
 
 
@@ -87,21 +92,26 @@ def build_run(cfg: Config) -> Run:
     tokenizer = load_tokenizer(model_dir)
     data = tokenize_datasets(loaded, cfg.data, tokenizer, cfg.experiment.seed)
     policy = load_causal_lm(model_dir, cfg.model.dtype)
+    if cfg.distributed.launcher == "ray":  # sized for learners and engines before either starts
+        from rlvr.distributed.ray_session import ensure_ray
+
+        r = cfg.rollout
+        ensure_ray(cfg.distributed.ray_address or None,
+                   cfg.world_size + r.vllm_num_engines * r.vllm_tensor_parallel_size)
     learner = build_learner(cfg, model_dir, policy)
     eos_ids = tuple(sorted({tokenizer.eos_token_id} | _generation_eos_ids(policy)))
-    engine = create_engine(cfg.rollout.engine, model_dir, cfg.rollout, eos_ids,
-                           tokenizer.pad_token_id)
-    scorer = RewardScorer(num_workers=cfg.rewards.num_workers, timeout_s=cfg.rewards.timeout_s,
-                          aggregator=cfg.rewards.reward_aggregator)
+    engine = build_engine(cfg, model_dir, eos_ids, tokenizer.pad_token_id)
+    scorer = RewardScorer(**scorer_args(cfg))
+    source = build_source(cfg, data, engine, scorer)
     state_dir = Path(cfg.checkpoint.checkpoint_state_dir or output_dir / "state")
-    resumable = isinstance(learner, Learner)  # several learners save no training state yet
-    state = load_latest_state(state_dir) if cfg.checkpoint.resume and resumable else None
+    state = load_latest_state(state_dir) if cfg.checkpoint.resume else None
     if state is not None:  # before the sink opens the file: drop steps the state does not hold
         JsonlSink.truncate_after(output_dir / "metrics.jsonl", state.step)
     logger = MetricsLogger(build_sinks(cfg, output_dir, to_dict(cfg)))
     run = Run(cfg=cfg, output_dir=output_dir, tokenizer=tokenizer, data=data, learner=learner,
-              engine=engine, scorer=scorer, logger=logger, model_shape=ModelShape.of(policy),
-              state_dir=state_dir, weights=LocalTransport(engine))
+              engine=engine, scorer=scorer, source=source, logger=logger,
+              model_shape=ModelShape.of(policy), state_dir=state_dir,
+              weights=LocalTransport(engine))
     if state is not None:
         restore_state(run, state)
     return run
@@ -131,38 +141,67 @@ def build_learner(cfg: Config, model_dir: str, policy: torch.nn.Module) -> Learn
     spec = LearnerSpec(model_dir=str(model_dir), settings=learner_settings(cfg),
                        dtype=cfg.model.dtype, sharding=d.sharding if cfg.world_size > 1 else
                        "none", cpu_offload=d.cpu_offload, with_reference=cfg.algorithm.beta > 0,
-                       timeout_s=d.collective_timeout_s, num_threads=max(cfg.model.num_threads, 1))
+                       timeout_s=d.collective_timeout_s, num_threads=actor_threads(cfg))
     group = LearnerGroup(spec, num_learners=cfg.world_size, backend="ray",
                          ray_address=d.ray_address or None,
-                         placement_strategy="PACK" if len(d.num_learners_per_node) == 1
-                         else "SPREAD")
+                         learners_per_node=list(d.num_learners_per_node))
     return GroupLearner(group, policy)
 
 
+def actor_threads(cfg: Config) -> int:
+    """Torch threads per learner or engine actor: `model.num_threads`, else the node's cores
+    shared among its learners. Ray would leave one (it sets OMP_NUM_THREADS to the actor's
+    CPU count), which made a lone learner actor 3.5x slower here than the same learner
+    in process."""
+    if cfg.model.num_threads > 0:
+        return cfg.model.num_threads
+    return max(1, (os.cpu_count() or 1) // max(cfg.distributed.num_learners_per_node))
+
+
+def build_engine(cfg: Config, model_dir: str, eos_ids: tuple[int, ...],
+                 pad_id: int) -> RolloutEngine:
+    """The engine in this process, or `rollout.vllm_num_engines` engine actors behind the same
+    protocol."""
+    r = cfg.rollout
+    if r.vllm_num_engines == 0:
+        return create_engine(r.engine, model_dir, r, eos_ids, pad_id)
+    return EngineGroup(r.vllm_num_engines, r.engine, str(model_dir), r, eos_ids, pad_id,
+                       num_threads=actor_threads(cfg),
+                       cpus_per_engine=float(r.vllm_tensor_parallel_size),
+                       timeout_s=cfg.distributed.collective_timeout_s,
+                       ray_address=cfg.distributed.ray_address or None)
+
+
+def sync_weights(run: Run, version: int) -> None:
+    """Learner -> engines. From learner actors to engine actors, rank 0 broadcasts directly;
+    otherwise the weights pass through this process (a tensor copy for an engine here)."""
+    if isinstance(run.learner, GroupLearner) and isinstance(run.engine, EngineGroup):
+        run.learner.broadcast_to(run.engine, version)
+    else:
+        run.weights.push(run.learner.named_weights(), version)
+
+
 def restore_state(run: Run, state: TrainingState) -> None:
-    learner = run.learner
-    learner.policy.load_state_dict(state.policy)
-    if learner.reference is not None and state.reference is not None:
-        learner.reference.load_state_dict(state.reference)
-    learner.optimizer.load_state_dict(state.optimizer)
-    learner.scheduler.load_state_dict(state.scheduler)
-    run.data.train.load_state_dict(state.mixer)
+    parts = {"policy": state.policy, "reference": state.reference,
+             "optimizer": state.optimizer, "scheduler": state.scheduler}
+    try:
+        run.learner.load_training_state(parts)
+    except (KeyError, ValueError, RuntimeError) as e:
+        # Optimizer state is keyed by index in one process and by name across learners.
+        raise RuntimeError(
+            f"the training state in {run.state_dir} (step {state.step}) could not be loaded "
+            f"with distributed.launcher={run.cfg.distributed.launcher}: {e}. A state loads "
+            "with the launcher that saved it; checkpoint.resume=false starts fresh") from e
+    run.source.load_mixer_state(state.mixer)
     restore_rng(state.rng)
     run.episode, run.start_step = state.episode, state.step
-    run.weights.push(learner.named_weights(), version=state.step)
+    sync_weights(run, state.step)
     log.info("resumed from the training state of step %d in %s", state.step, run.state_dir)
 
 
 def capture_state(run: Run, step: int) -> TrainingState:
-    learner = run.learner
-    with run.data_lock:
-        mixer = run.data.train.state_dict()
-    return TrainingState(
-        step=step, episode=run.episode, mixer=mixer,
-        policy=learner.policy.state_dict(),
-        reference=learner.reference.state_dict() if learner.reference is not None else None,
-        optimizer=learner.optimizer.state_dict(), scheduler=learner.scheduler.state_dict(),
-        rng=capture_rng())
+    return TrainingState(step=step, episode=run.episode, mixer=run.source.mixer_state(),
+                         rng=capture_rng(), **run.learner.training_state())
 
 
 def _generation_eos_ids(model: torch.nn.Module) -> set[int]:
@@ -172,13 +211,31 @@ def _generation_eos_ids(model: torch.nn.Module) -> set[int]:
     return set(eos) if isinstance(eos, (list, tuple)) else {eos}
 
 
-def sampling_params(cfg: Config, step: int) -> SamplingParams:
-    r = cfg.rollout
-    return SamplingParams(
-        n=r.num_samples_per_prompt_rollout, temperature=r.temperature, top_p=r.top_p,
-        max_tokens=r.response_length, stop_strings=tuple(r.stop_strings),
-        # A seed per step makes a run reproducible and a resumed run continue the same stream.
-        seed=cfg.experiment.seed * 1_000_003 + step)
+def source_settings(cfg: Config) -> SourceSettings:
+    r, a = cfg.rollout, cfg.algorithm
+    return SourceSettings(
+        prompts_per_step=r.num_unique_prompts_rollout,
+        sampling=SamplingParams(n=r.num_samples_per_prompt_rollout, temperature=r.temperature,
+                                top_p=r.top_p, max_tokens=r.response_length,
+                                stop_strings=tuple(r.stop_strings), seed=cfg.experiment.seed),
+        shaping=reward_shaping(cfg),
+        active=ActiveSampling(a.active_sampling, a.active_sampling_max_rounds),
+        retire_pass_rate=a.no_resampling_pass_rate)
+
+
+def build_source(cfg: Config, data: DataBundle, engine: RolloutEngine,
+                 scorer: RewardScorer) -> EpisodeSource | DataPrepActor:
+    """Prompts -> engine -> scored groups: here, or in the data-preparation actor."""
+    if not cfg.distributed.data_prep_actor:
+        return EpisodeSource(data.train, engine, scorer, source_settings(cfg))
+    return DataPrepActor(data.train, engine, source_settings(cfg), scorer_args(cfg),
+                         timeout_s=cfg.distributed.collective_timeout_s)
+
+
+def scorer_args(cfg: Config) -> dict:
+    rw = cfg.rewards
+    return {"num_workers": rw.num_workers, "timeout_s": rw.timeout_s,
+            "aggregator": rw.reward_aggregator}
 
 
 def reward_shaping(cfg: Config) -> RewardShaping:
@@ -189,34 +246,12 @@ def reward_shaping(cfg: Config) -> RewardShaping:
                          rw.additive_format_reward)
 
 
-def produce_episodes(run: Run, step: int) -> tuple[Episodes, dict[str, float]]:
-    """Generate and score one step's groups (the part that may run ahead of training)."""
-    cfg, a = run.cfg, run.cfg.algorithm
-
-    def next_prompts(n: int) -> list[Prompt]:
-        with run.data_lock:  # the trainer thread reads the mixer's state for checkpoints
-            return run.data.train.next_batch(n)
-
-    start = time.perf_counter()
-    episodes, metrics = collect_episodes(
-        run.engine, run.scorer, next_prompts, cfg.rollout.num_unique_prompts_rollout,
-        sampling_params(cfg, step), reward_shaping(cfg),
-        ActiveSampling(a.active_sampling, a.active_sampling_max_rounds))
-    metrics = {**episode_metrics(episodes), **metrics, **run.scorer.metrics_since_last()}
-    if a.no_resampling_pass_rate is not None:
-        with run.data_lock:
-            run.data.train.retire(solved_prompt_ids(episodes, a.no_resampling_pass_rate))
-            metrics["batch/retired_prompts"] = float(len(run.data.train.retired))
-    metrics["time/generation"] = time.perf_counter() - start
-    return episodes, metrics
-
-
 def one_training_step(run: Run, step: int, produced: tuple[Episodes, dict[str, float]] | None = None
                       ) -> dict[str, float]:
     """Train step `step` on `produced` (made ahead by the producer), or generate it now."""
     cfg, timer = run.cfg, StepTimer()
     a = cfg.algorithm
-    episodes, metrics = produced if produced is not None else produce_episodes(run, step)
+    episodes, metrics = produced if produced is not None else run.source.produce(step)
     metrics.update(staleness_metrics(episodes.groups, policy_version=step - 1))
     training = build_training_batch(episodes.groups, BatchSettings(
         a.advantage_normalization_type, a.filter_zero_std_samples, a.pack_length,
@@ -244,7 +279,7 @@ def one_training_step(run: Run, step: int, produced: tuple[Episodes, dict[str, f
         if a.ref_policy_update_freq and step % a.ref_policy_update_freq == 0:
             run.learner.update_reference(a.alpha)
         with timer("weight_sync"):
-            run.weights.push(run.learner.named_weights(), version=step)
+            sync_weights(run, step)
     timings = timer.as_metrics()
     metrics.update(timings)
     # Synchronous: generation + training + sync. Asynchronous: what the trainer spent, waiting
@@ -273,7 +308,8 @@ def update_metrics(run: Run, result: UpdateResult) -> dict[str, float]:
 
 def run_eval(run: Run) -> dict[str, float]:
     cfg = run.cfg
-    params = SamplingParams(n=1, temperature=cfg.eval.temperature, max_tokens=cfg.rollout.response_length,
+    params = SamplingParams(n=1, temperature=cfg.eval.temperature,
+                            max_tokens=cfg.rollout.response_length,
                             stop_strings=tuple(cfg.rollout.stop_strings), seed=cfg.experiment.seed)
     start = time.perf_counter()
     metrics = evaluate(run.engine, run.scorer, run.data.eval_prompts[:cfg.eval.max_prompts], params)
@@ -292,6 +328,8 @@ def train(cfg: Config) -> Run:
             save_final_model(run.learner.policy, run.tokenizer, run.output_dir)
     finally:
         run.logger.close()
+        if isinstance(run.source, DataPrepActor):
+            run.source.close()
         run.scorer.close()
         run.engine.close()
         if isinstance(run.learner, GroupLearner):
@@ -320,7 +358,7 @@ def _start_producer(run: Run) -> RolloutProducer | None:
     if k == 0:
         return None
     steps = iter(range(run.start_step + 1, 2**62))  # the step whose seed a batch uses
-    return RolloutProducer(lambda: produce_episodes(run, next(steps)), async_steps=k)
+    return RolloutProducer(lambda: run.source.produce(next(steps)), async_steps=k)
 
 
 def _next_produced(run: Run, producer: RolloutProducer, step: int
@@ -367,8 +405,8 @@ def _finish_step(run: Run, stop: StopOnSignal, step: int, metrics: dict[str, flo
             f"{step}); the last good training state is in {run.state_dir}")
     freq = cfg.checkpoint.checkpoint_state_freq
     due = (freq and step % freq == 0) or stop.signum is not None
-    # A skipped update is never the "last good" state; several learners save none yet.
-    if due and not skipped_in_a_row and isinstance(run.learner, Learner):
+    # A skipped update is never the "last good" state.
+    if due and not skipped_in_a_row:
         save_state(capture_state(run, step), run.state_dir, cfg.checkpoint.keep_last_n_states)
     if stop.signum is not None and step < cfg.num_training_steps:
         raise TrainingInterrupted(stop.signum, step, str(run.state_dir))

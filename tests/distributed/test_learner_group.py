@@ -158,3 +158,12 @@ def test_a_learner_that_dies_mid_step_fails_the_call_quickly(ray_session, tiny_m
             group.named_weights()
     finally:
         group.close()
+
+
+def test_more_nodes_than_the_cluster_has_fails_placement_with_a_clear_error(ray_session,
+                                                                            tiny_model_dir):
+    spec = _spec(tiny_model_dir, sharding="fsdp", timeout_s=3.0)
+    start = time.monotonic()
+    with pytest.raises(LearnerGroupError, match=r"could not place learners \[1, 1\] per node"):
+        LearnerGroup(spec, 2, backend="ray", learners_per_node=[1, 1])
+    assert time.monotonic() - start < 20

@@ -9,7 +9,8 @@ import torch
 
 from rlvr.algorithm.packing import SequenceToPack, pack_sequences
 from rlvr.learner.forward import forward_logprobs
-from rlvr.rollout.weight_sync import BroadcastReceiver, BroadcastTransport, LocalTransport
+from rlvr.rollout.weight_sync import (BroadcastReceiver, BroadcastTransport, LocalTransport,
+                                     layout_of)
 from rlvr.types import SamplingParams
 
 PROMPTS = [[1, 90, 91, 92, 2, 1, 70], [1, 80, 81, 2, 1, 70, 71, 72, 73]]
@@ -66,7 +67,7 @@ def test_broadcast_sync_makes_remote_engine_logprobs_match_the_learner(tiny_mode
     proc.start()
     try:
         transport = BroadcastTransport("127.0.0.1", port, num_engines=1,
-                                       named_tensors=tiny_model.state_dict().items(), timeout_s=60)
+                                       layout=layout_of(tiny_model.state_dict().items()), timeout_s=60)
         for version in (1, 2):
             _perturb_(tiny_model, seed=version)  # a "training step" the engine has not seen
             transport.push(tiny_model.state_dict().items(), version=version)
@@ -92,7 +93,7 @@ def test_push_to_a_dead_engine_raises_instead_of_hanging(tiny_model, tiny_model_
     proc = ctx.Process(target=_engine_process, args=(tiny_model_dir, port, results))
     proc.start()
     transport = BroadcastTransport("127.0.0.1", port, num_engines=1,
-                                   named_tensors=tiny_model.state_dict().items(), timeout_s=20)
+                                   layout=layout_of(tiny_model.state_dict().items()), timeout_s=20)
     proc.kill()
     proc.join()
     with pytest.raises(RuntimeError):

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import time
 from typing import Any, Iterator
 
@@ -27,6 +26,7 @@ import torch
 from rlvr.algorithm.losses import LossParams
 from rlvr.distributed.balance import split_batch_for_ranks
 from rlvr.distributed.learner_worker import LearnerSpec, LearnerWorker
+from rlvr.distributed.ray_session import ensure_ray, thread_env
 from rlvr.learner import UpdateResult
 from rlvr.learner.learner import accumulate_sums
 from rlvr.types import PackedBatch
@@ -66,25 +66,31 @@ class LearnerGroup:
 
     def __init__(self, spec: LearnerSpec, num_learners: int = 1, backend: str = "local",
                  ray_address: str | None = None, cpus_per_learner: float = 1.0,
-                 placement_strategy: str = "PACK", worker_cls: type = LearnerWorker):
+                 learners_per_node: list[int] | None = None, worker_cls: type = LearnerWorker):
         """`ray_address`: an existing cluster ("auto", "ray://host:10001", "host:6379"); None
         uses the Ray session already initialised in this process, else starts a small local
-        one. `placement_strategy` is a Ray placement-group strategy ("PACK", "SPREAD",
-        "STRICT_SPREAD"...). `worker_cls`: a LearnerWorker subclass (tests inject faults)."""
+        one. `learners_per_node`: how many ranks each node runs (default: all on one node);
+        ranks are numbered node by node. `worker_cls`: a LearnerWorker subclass (tests inject
+        faults)."""
         if backend not in BACKENDS:
             raise ValueError(f"backend '{backend}' is not one of {BACKENDS}")
         if backend == "local" and num_learners != 1:
             raise ValueError(f"the local backend runs one learner, not {num_learners}; "
                              "use backend='ray'")
         self.spec, self.num_learners, self.backend = spec, num_learners, backend
+        self.learners_per_node = list(learners_per_node or [num_learners])
+        if sum(self.learners_per_node) != num_learners:
+            raise ValueError(f"learners_per_node={self.learners_per_node} does not add up to "
+                             f"{num_learners} learners")
         self._failure: str | None = None
         self._placement_group = None
+        self.rank_nodes: list[str] = ["local"] * num_learners  # the Ray node of each rank
+        self._workers: list[Any] = []
         if backend == "local":
-            self._workers: list[Any] = [worker_cls(spec, 0, 1)]
+            self._workers = [worker_cls(spec, 0, 1)]
             self._workers[0].setup(None)
         else:
-            self._start_ray_workers(ray_address, cpus_per_learner, placement_strategy,
-                                    worker_cls)
+            self._start_ray_workers(ray_address, cpus_per_learner, worker_cls)
 
     # ---- the Learner surface -------------------------------------------------------------
 
@@ -104,6 +110,15 @@ class LearnerGroup:
         """The policy's full weights, gathered on rank 0 and brought to the driver."""
         full = self._call("named_full_weights", [()] * self.num_learners)[0]
         return iter(full.items())
+
+    def weight_sync_endpoint(self) -> tuple[str, int]:
+        """Where rank 0 will serve the engines' weight broadcast (a free port on its node)."""
+        return self._call("weight_sync_endpoint", [()] + [None] * (self.num_learners - 1))[0]
+
+    def push_weights(self, version: int, endpoint: tuple[str, int], num_engines: int) -> None:
+        """Every rank gathers; rank 0 broadcasts to the `num_engines` engines at `endpoint`,
+        which must be receiving meanwhile (`EngineGroup.receive_while`)."""
+        self._call("push_weights", [(version, endpoint, num_engines)] * self.num_learners)
 
     def update_reference(self, alpha: float) -> None:
         self._call("update_reference", [(alpha,)] * self.num_learners)
@@ -136,15 +151,16 @@ class LearnerGroup:
 
     # ---- running calls on every rank -----------------------------------------------------
 
-    def _call(self, method: str, args_per_rank: list[tuple]) -> list[Any]:
+    def _call(self, method: str, args_per_rank: list[tuple | None]) -> list[Any]:
+        """`method` on every rank with its arguments; None skips a rank (not for collectives)."""
         if self._failure is not None:
             raise LearnerGroupError(f"the learner group failed earlier: {self._failure}")
         if not self._workers:
             raise LearnerGroupError("the learner group is closed")
+        calls = [(w, a) for w, a in zip(self._workers, args_per_rank) if a is not None]
         if self.backend == "local":
-            return [getattr(w, method)(*a) for w, a in zip(self._workers, args_per_rank)]
-        refs = [getattr(w, method).remote(*a) for w, a in zip(self._workers, args_per_rank)]
-        return self._wait_ray(refs, method)
+            return [getattr(w, method)(*a) for w, a in calls]
+        return self._wait_ray([getattr(w, method).remote(*a) for w, a in calls], method)
 
     def _wait_ray(self, refs: list, what: str) -> list[Any]:
         """Every rank's return value, or LearnerGroupError at the first failure. Waits without
@@ -196,32 +212,41 @@ class LearnerGroup:
 
     # ---- Ray plumbing --------------------------------------------------------------------
 
-    def _start_ray_workers(self, address: str | None, cpus: float, strategy: str,
-                           worker_cls: type) -> None:
+    def _start_ray_workers(self, address: str | None, cpus: float, worker_cls: type) -> None:
+        """One placement bundle per node holding that node's learners: STRICT_SPREAD puts the
+        bundles on different nodes, so `learners_per_node` means what it says."""
         import ray
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        _ensure_ray(address, math.ceil(self.num_learners * cpus))
-        pg = placement_group([{"CPU": cpus}] * self.num_learners, strategy=strategy)
+        per_node = [n for n in self.learners_per_node if n > 0]
+        ensure_ray(address, math.ceil(self.num_learners * cpus))
+        pg = placement_group([{"CPU": n * cpus} for n in per_node],
+                             strategy="PACK" if len(per_node) == 1 else "STRICT_SPREAD")
         self._placement_group = pg
         try:
             ray.get(pg.ready(), timeout=self.spec.timeout_s)
         except ray.exceptions.GetTimeoutError:
             self._kill_ray_workers()
             raise LearnerGroupError(
-                f"Ray could not place {self.num_learners} learners of {cpus} CPU each within "
-                f"{self.spec.timeout_s:.0f} s; cluster resources: {ray.cluster_resources()}")
+                f"Ray could not place learners {per_node} per node ({cpus} CPU each) within "
+                f"{self.spec.timeout_s:.0f} s; cluster resources: {ray.cluster_resources()}, "
+                f"nodes alive: {sum(1 for n in ray.nodes() if n.get('Alive'))}")
+        bundle_of_rank = [node for node, n in enumerate(per_node) for _ in range(n)]
         actor_cls = ray.remote(worker_cls)
         self._workers = [
             actor_cls.options(
                 num_cpus=cpus, max_restarts=0, name=None,
+                runtime_env=thread_env(self.spec.num_threads),
                 scheduling_strategy=PlacementGroupSchedulingStrategy(
-                    pg, placement_group_bundle_index=rank),
+                    pg, placement_group_bundle_index=bundle_of_rank[rank]),
             ).remote(self.spec, rank, self.num_learners)
             for rank in range(self.num_learners)]
         address = self._wait_ray([self._workers[0].rendezvous_address.remote()], "start")[0]
         self._call("setup", [(address,)] * self.num_learners)
+        self.rank_nodes = self._call("node_id", [()] * self.num_learners)
+        log.info("learner ranks on Ray nodes: %s",
+                 ", ".join(f"{rank}:{node[:8]}" for rank, node in enumerate(self.rank_nodes)))
 
     def _kill_ray_workers(self) -> None:
         import ray
@@ -233,17 +258,3 @@ class LearnerGroup:
             ray.util.remove_placement_group(self._placement_group)
             self._placement_group = None
 
-
-def _ensure_ray(address: str | None, num_cpus: int) -> None:
-    """Connect to `address`, reuse this process's Ray session, or start a small local one
-    (no dashboard, a 128 MB object store: sized for this 2-core machine's tiny models)."""
-    import ray
-
-    if ray.is_initialized():
-        return
-    if address is not None:
-        ray.init(address=address)
-        return
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    ray.init(num_cpus=max(num_cpus, os.cpu_count() or 1), include_dashboard=False,
-             object_store_memory=128 * 2**20)

@@ -13,7 +13,6 @@ parameters, because closures do not travel to other processes.
 
 from __future__ import annotations
 
-import socket
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,10 +25,12 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model
 from rlvr.algorithm.losses import LossParams, compute_policy_loss
 from rlvr.distributed.sharding import (ShardingMode, gather_full_state_dict, reshard,
                                        shard_policy, sharded_forward_logprobs)
+from rlvr.distributed.ray_session import free_endpoint
 from rlvr.distributed.world import DEFAULT_TIMEOUT_S, World, destroy_world, init_world
 from rlvr.learner import Learner, LearnerSettings, UpdateResult
 from rlvr.learner.learner import LossFn
 from rlvr.models import load_causal_lm
+from rlvr.rollout.weight_sync import BroadcastTransport, layout_of
 from rlvr.types import PackedBatch
 
 
@@ -56,16 +57,21 @@ class LearnerWorker:
         self.spec, self.rank, self.world_size = spec, rank, world_size
         self.world: World | None = None
         self.learner: Learner | None = None
+        self._engines: BroadcastTransport | None = None  # rank 0 only, from the first push
 
     def rendezvous_address(self) -> str:
         """An init_method on this rank's host, for rank 0 to serve (only rank 0 is asked).
 
         The port is free when chosen; another process could take it before rank 0 binds it, in
         which case setup fails loudly and the caller may retry."""
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("", 0))
-            port = s.getsockname()[1]
-        return f"tcp://{_node_ip()}:{port}"
+        host, port = free_endpoint()
+        return f"tcp://{host}:{port}"
+
+    def node_id(self) -> str:
+        """The Ray node this rank runs on ("local" without Ray): where placement put it."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id() if ray.is_initialized() else "local"
 
     def setup(self, init_method: str | None) -> None:
         """Join the group (blocks until every rank has joined, or the timeout), load, shard."""
@@ -109,6 +115,23 @@ class LearnerWorker:
         """The policy's full weights on rank 0 (None elsewhere). A collective."""
         return gather_full_state_dict(self._learner().policy, self.world)
 
+    def weight_sync_endpoint(self) -> tuple[str, int]:
+        """Where this rank (0) will serve the engines' broadcast group."""
+        return free_endpoint()
+
+    def push_weights(self, version: int, endpoint: tuple[str, int], num_engines: int) -> None:
+        """Gather the full weights (a collective) and broadcast them from rank 0 to the
+        engines; the first push also forms the group at `endpoint` (from
+        `weight_sync_endpoint`), blocking until every engine has joined."""
+        full = gather_full_state_dict(self._learner().policy, self.world)
+        if self.rank != 0:
+            return
+        if self._engines is None:
+            host, port = endpoint
+            self._engines = BroadcastTransport(host, port, num_engines,
+                                               layout_of(full.items()), self.spec.timeout_s)
+        self._engines.push(full.items(), version)
+
     def update_reference(self, alpha: float) -> None:
         """Polyak step on this rank's shards: policy and reference are sharded alike."""
         learner = self._learner()
@@ -149,6 +172,9 @@ class LearnerWorker:
         learner.scheduler.load_state_dict(scheduler)
 
     def shutdown(self) -> None:
+        # No goodbye broadcast to the engines: they listen only while the driver asks them to
+        # receive, so it would wait out the timeout; the driver stops them itself.
+        self._engines = None
         if self.world is not None:
             destroy_world(self.world)
         self.learner = None
@@ -165,11 +191,3 @@ class LearnerWorker:
         torch.distributed.broadcast_object_list(box, src=0)
         return box[0]
 
-
-def _node_ip() -> str:
-    """This host's address as Ray sees it (other nodes can reach it); loopback without Ray."""
-    try:
-        import ray
-    except ImportError:
-        return "127.0.0.1"
-    return ray.util.get_node_ip_address() if ray.is_initialized() else "127.0.0.1"

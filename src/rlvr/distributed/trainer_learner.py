@@ -1,22 +1,26 @@
 """The trainer's view of a `LearnerGroup`: the surface of `Learner` the training loop uses.
 
 The loop calls `update(batch, loss, ...)` with a `PolicyLoss` (picklable, so it travels to the
-ranks as its name and parameters), `named_weights()` after each update to sync engines, and
-saves checkpoints from `policy`. Here `policy` is the driver's own copy of the model, refreshed
-from rank 0's gathered weights at every `named_weights()` call, so saving a checkpoint needs no
-extra collective and the engine and the checkpoint see the same weights.
+ranks as its name and parameters), syncs engines after each update, and saves checkpoints from
+`policy`. Two ways to sync:
+- engines in the driver: `named_weights()` brings rank 0's gathered weights here;
+- engine actors: `broadcast_to(engines)` sends them from rank 0 straight to the engines.
+`policy` is the driver's own copy of the model. It is refreshed from rank 0 when read after an
+update it has not seen, so checkpoints cost a gather only when one is saved, and a checkpoint
+and the engines always hold the same weights.
 
-Not here: exact-resume training state (optimizer, RNGs) across several learners; the config
-refuses `checkpoint.checkpoint_state_freq` with the ray launcher until it is wired.
+`training_state` / `load_training_state` carry the exact-resume state of every rank through
+rank 0 (optimizer state keyed by parameter name), like `Learner`'s.
 """
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Any, Iterator
 
 import torch
 
 from rlvr.algorithm.losses import PolicyLoss
+from rlvr.distributed.engine_group import EngineGroup
 from rlvr.distributed.learner_group import LearnerGroup
 from rlvr.learner import UpdateResult
 from rlvr.types import PackedBatch
@@ -25,10 +29,18 @@ from rlvr.types import PackedBatch
 class GroupLearner:
     def __init__(self, group: LearnerGroup, policy: torch.nn.Module):
         self.group = group
-        self.policy = policy.eval().requires_grad_(False)  # the driver never trains it
+        self._policy = policy.eval().requires_grad_(False)  # the driver never trains it
+        self._policy_stale = False  # the ranks updated since `_policy` was last refreshed
+
+    @property
+    def policy(self) -> torch.nn.Module:
+        if self._policy_stale:
+            self.named_weights()
+        return self._policy
 
     def update(self, batch: PackedBatch, loss: PolicyLoss, num_micro_batches: int,
                num_epochs: int, temperature: float) -> UpdateResult:
+        self._policy_stale = True
         return self.group.update(batch, loss.name, loss.params, num_micro_batches, num_epochs,
                                  temperature)
 
@@ -38,11 +50,30 @@ class GroupLearner:
     @torch.no_grad()
     def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
         weights = dict(self.group.named_weights())
-        own = self.policy.state_dict()
+        own = self._policy.state_dict()
         for name, tensor in weights.items():
             if name in own:
                 own[name].copy_(tensor)
+        self._policy_stale = False
         return iter(weights.items())
+
+    def training_state(self) -> dict[str, Any]:
+        """Policy, reference, optimizer (keyed by parameter name) and scheduler, gathered on
+        rank 0: restorable into a group of any size."""
+        return self.group.state_dict()
+
+    def load_training_state(self, state: dict[str, Any]) -> None:
+        self.group.load_state_dict(state)
+        self._policy_stale = True
+
+    def broadcast_to(self, engines: EngineGroup, version: int) -> None:
+        """Rank 0 gathers and broadcasts to the engine actors; nothing passes through here.
+        The first call forms the broadcast group at an endpoint on rank 0's node."""
+        if engines.endpoint_unset:
+            engines.set_endpoint(self.group.weight_sync_endpoint())
+        endpoint = engines.endpoint()
+        engines.receive_while(
+            lambda: self.group.push_weights(version, endpoint, engines.num_engines), version)
 
     def close(self) -> None:
         self.group.close()

@@ -14,7 +14,7 @@ import copy
 import math
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 from torch.distributed.tensor import DTensor
@@ -114,6 +114,20 @@ class Learner:
         if self.reference is None:
             raise RuntimeError("no reference model is loaded")
         polyak_update_(list(self.reference.parameters()), list(self.policy.parameters()), alpha)
+
+    def training_state(self) -> dict[str, Any]:
+        """Policy, reference, optimizer and scheduler state for exact resume (live tensors:
+        save them before the next update)."""
+        return {"policy": self.policy.state_dict(),
+                "reference": self.reference.state_dict() if self.reference is not None else None,
+                "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
+
+    def load_training_state(self, state: dict[str, Any]) -> None:
+        self.policy.load_state_dict(state["policy"])
+        if self.reference is not None and state["reference"] is not None:
+            self.reference.load_state_dict(state["reference"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
 
     def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
         """Weights to send to an engine (detached views; no copy)."""

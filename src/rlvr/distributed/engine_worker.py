@@ -1,0 +1,56 @@
+"""One rollout engine in a process of its own: the body of an engine actor.
+
+`EngineWorker` is a plain class; `EngineGroup` runs it as a threaded Ray actor (several calls at
+once: a generation, an evaluation and a weight receive may overlap, as they do on an engine in
+the trainer's process, and the engines' own locks order them). It builds any registered engine
+(`rollout.engine`: vLLM in practice, transformers in tests), so engine code never knows it is
+remote.
+
+Weights arrive by `receive_weights`: the first call joins the sender's broadcast group (the
+trainer, or learner rank 0), every call waits for one push and loads it. Joining lazily, in the
+same call, keeps the order right on a threaded actor, where two separate calls could run in
+either order.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import torch
+
+from rlvr.config import RolloutConfig
+from rlvr.rollout import create_engine
+from rlvr.rollout.weight_sync import BroadcastReceiver
+from rlvr.types import Completion, SamplingParams
+
+Endpoint = tuple[str, int]  # (host, port) of the sender's rendezvous
+
+
+class EngineWorker:
+    def __init__(self, engine_name: str, model_dir: str, cfg: RolloutConfig,
+                 eos_token_ids: tuple[int, ...], pad_token_id: int, num_threads: int = 0):
+        if num_threads > 0:  # vLLM sets its own OpenMP threads; this is for torch engines
+            torch.set_num_threads(num_threads)
+        self.engine = create_engine(engine_name, model_dir, cfg, eos_token_ids, pad_token_id)
+        self._receiver: BroadcastReceiver | None = None
+        self._receive_lock = threading.Lock()
+
+    def ready(self) -> bool:
+        """Returns once the engine is built (the constructor ran): a start-up barrier."""
+        return True
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Completion]]:
+        return self.engine.generate(prompts, params)
+
+    def receive_weights(self, endpoint: Endpoint, rank: int, num_engines: int,
+                        timeout_s: float) -> int | None:
+        """Wait for one push from the sender at `endpoint` and load it; the version loaded, or
+        None when the sender closed. This engine is rank `rank` (1..num_engines) of the group."""
+        with self._receive_lock:
+            if self._receiver is None:
+                host, port = endpoint
+                self._receiver = BroadcastReceiver(host, port, rank, num_engines, timeout_s)
+            return self._receiver.receive_into(self.engine)
+
+    def close(self) -> None:
+        self.engine.close()

@@ -1,0 +1,79 @@
+"""Engines as Ray actors: the same completions as an engine in this process, weights broadcast
+into them, and a dead engine ends the call with a clear error instead of a hang."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from rlvr.config import RolloutConfig
+from rlvr.distributed.engine_group import EngineGroup, EngineGroupError, split_evenly
+from rlvr.rollout import create_engine
+from rlvr.types import SamplingParams
+
+PROMPTS = [[5, 17, 33], [8, 9], [40, 41, 42, 43], [7], [100, 3, 4]]
+GREEDY = SamplingParams(n=2, temperature=0.0, max_tokens=6)
+
+
+def _engines(tiny_model_dir, tiny_tokenizer, n: int) -> EngineGroup:
+    return EngineGroup(n, "transformers", tiny_model_dir, RolloutConfig(),
+                       (tiny_tokenizer.eos_token_id,), tiny_tokenizer.pad_token_id,
+                       num_threads=1, cpus_per_engine=1.0, timeout_s=60)
+
+
+def _local(tiny_model_dir, tiny_tokenizer):
+    return create_engine("transformers", tiny_model_dir, RolloutConfig(),
+                         (tiny_tokenizer.eos_token_id,), tiny_tokenizer.pad_token_id)
+
+
+def _tokens(groups):
+    return [[(c.token_ids_T, c.model_version) for c in g] for g in groups]
+
+
+@pytest.mark.parametrize("items, parts, want", [
+    ([1, 2, 3, 4, 5], 2, [[1, 2, 3], [4, 5]]),
+    ([1, 2], 3, [[1], [2]]),
+    ([], 2, []),
+])
+def test_split_evenly(items, parts, want):
+    assert split_evenly(items, parts) == want
+
+
+def test_two_engine_actors_answer_like_one_local_engine_and_take_pushed_weights(
+        ray_session, tiny_model_dir, tiny_tokenizer):
+    local = _local(tiny_model_dir, tiny_tokenizer)
+    engines = _engines(tiny_model_dir, tiny_tokenizer, 2)
+    try:
+        assert _tokens(engines.generate(PROMPTS, GREEDY)) == _tokens(local.generate(PROMPTS,
+                                                                                    GREEDY))
+        gen = torch.Generator().manual_seed(3)
+        new = {name: t + torch.randn(t.shape, generator=gen) * 0.5
+               for name, t in local.model.state_dict().items()}
+        for version in (1, 2):  # the group forms at the first push and is reused
+            new = {name: t * 0.9 for name, t in new.items()}
+            engines.update_weights(new.items(), version)
+            local.update_weights(new.items(), version)
+            got, want = engines.generate(PROMPTS, GREEDY), local.generate(PROMPTS, GREEDY)
+            assert _tokens(got) == _tokens(want)
+            assert {c.model_version for g in got for c in g} == {version}
+            for g_got, g_want in zip(got, want):
+                for a, b in zip(g_got, g_want):
+                    torch.testing.assert_close(torch.tensor(a.logprobs_T),
+                                               torch.tensor(b.logprobs_T), atol=1e-5, rtol=0)
+    finally:
+        engines.close()
+
+
+def test_a_dead_engine_actor_fails_the_call_with_a_clear_error(ray_session, tiny_model_dir,
+                                                               tiny_tokenizer):
+    engines = _engines(tiny_model_dir, tiny_tokenizer, 2)
+    ray_session.kill(engines._actors[1], no_restart=True)
+    start = time.monotonic()
+    with pytest.raises(EngineGroupError, match="generate failed on engine actor 1"):
+        engines.generate(PROMPTS, GREEDY)
+    assert time.monotonic() - start < 30
+    with pytest.raises(EngineGroupError, match="failed earlier"):
+        engines.generate(PROMPTS, GREEDY)
+    engines.close()

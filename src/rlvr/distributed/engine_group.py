@@ -71,7 +71,6 @@ class EngineGroup:
             raise ValueError(f"an engine group needs at least one engine, not {num_engines}")
         ensure_ray(ray_address, math.ceil(num_engines * cpus_per_engine))
         self.num_engines, self.timeout_s = num_engines, timeout_s
-        self.version = 0
         self._failure: str | None = None
         self._transport: BroadcastTransport | None = None  # when this process is the sender
         self._endpoint: Endpoint | None = None
@@ -89,7 +88,7 @@ class EngineGroup:
         """A handle on engine actors another process started (the data-preparation actor
         generates through it; the owner alone syncs weights and stops them)."""
         group = cls.__new__(cls)
-        group.num_engines, group.timeout_s, group.version = len(actors), timeout_s, 0
+        group.num_engines, group.timeout_s = len(actors), timeout_s
         group._failure, group._transport, group._endpoint = None, None, None
         group._actors = list(actors)
         return group
@@ -117,7 +116,7 @@ class EngineGroup:
                                                      layout_of(named), self.timeout_s)
             self._transport.push(named, version)
 
-        self.receive_while(send, version)
+        self.receive_while(send)
 
     def close(self) -> None:
         import ray
@@ -150,7 +149,7 @@ class EngineGroup:
             raise ValueError(f"the engines already receive from {self._endpoint}")
         self._endpoint = tuple(endpoint)
 
-    def receive_while(self, send: Callable[[], None], version: int | None = None) -> None:
+    def receive_while(self, send: Callable[[], None]) -> None:
         """Every engine waits for one push while `send()` makes it; returns once all loaded."""
         endpoint = self.endpoint()
         refs = [actor.receive_weights.remote(endpoint, rank + 1, self.num_engines,
@@ -161,8 +160,7 @@ class EngineGroup:
         except Exception:
             self._after_failed_send(refs)
             raise
-        versions = self._wait(refs, "weight sync")
-        self.version = versions[0] if version is None else version
+        self._wait(refs, "weight sync")
 
     # ---- plumbing ------------------------------------------------------------------------
 

@@ -7,8 +7,8 @@ its methods are called on every rank in the same order: `update`, `named_full_we
 skipped one.
 
 It is not the driver: it does not split batches (`balance`), pick ports for other ranks, or
-combine results across ranks. It builds the loss closure itself from a loss name and its
-parameters, because closures do not travel to other processes.
+combine results across ranks. It takes a loss as its name and parameters and binds them in a
+`PolicyLoss`, the same picklable loss the trainer uses in one process.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model
                                                      set_model_state_dict,
                                                      set_optimizer_state_dict)
 
-from rlvr.algorithm.losses import LossParams, compute_policy_loss
+from rlvr.algorithm.losses import LossParams, PolicyLoss
+from rlvr.distributed.ray_session import free_endpoint
 from rlvr.distributed.sharding import (ShardingMode, gather_full_state_dict, reshard,
                                        shard_policy, sharded_forward_logprobs)
-from rlvr.distributed.ray_session import free_endpoint
 from rlvr.distributed.world import DEFAULT_TIMEOUT_S, World, destroy_world, init_world
 from rlvr.learner import Learner, LearnerSettings, UpdateResult
 from rlvr.learner.learner import LossFn
@@ -96,14 +96,15 @@ class LearnerWorker:
                                forward_fn=sharded_forward_logprobs)
 
     def loss_fn(self, loss_name: str, loss_params: LossParams) -> LossFn:
-        """The loss the learner runs; `loss_params.denominator` is the GLOBAL count, so the
-        ranks' gradients sum to the one-process gradient."""
-        return lambda inputs: compute_policy_loss(loss_name, inputs, loss_params)
+        """The loss the learner runs (a seam: tests wrap it to inject faults)."""
+        return PolicyLoss(loss_name, loss_params)
 
     def update(self, batch_part: PackedBatch, loss_name: str, loss_params: LossParams,
                num_micro_batches: int, num_epochs: int, temperature: float) -> UpdateResult:
         """This rank's share of one update. Every rank must pass the same `num_micro_batches`
-        and have at least that many rows (`balance.split_batch_for_ranks` ensures both)."""
+        and have at least that many rows (`balance.split_batch_for_ranks` ensures both).
+        `loss_params.denominator` is the GLOBAL count, so the ranks' gradients sum to the
+        one-process gradient."""
         if batch_part.num_rows < num_micro_batches:
             raise ValueError(f"rank {self.rank}: {batch_part.num_rows} rows for "
                              f"{num_micro_batches} micro-batches; the ranks would fall out of "

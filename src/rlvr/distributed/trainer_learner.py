@@ -73,7 +73,7 @@ class GroupLearner:
             engines.set_endpoint(self.group.weight_sync_endpoint())
         endpoint = engines.endpoint()
         engines.receive_while(
-            lambda: self.group.push_weights(version, endpoint, engines.num_engines), version)
+            lambda: self.group.push_weights(version, endpoint, engines.num_engines))
 
     def close(self) -> None:
         self.group.close()

@@ -34,16 +34,15 @@ def child(engine_name: str, counts: list[int], samples: int, tokens: int, thread
     import torch
 
     torch.set_num_threads(threads)
-    from rlvr.config import RolloutConfig
     from rlvr.models import load_tokenizer, resolve_model_dir
-    from rlvr.rollout import create_engine
+    from rlvr.rollout import EngineSettings, create_engine
     from rlvr.types import SamplingParams
 
     model_dir = resolve_model_dir("smollm2-135m-instruct")
     tokenizer = load_tokenizer(model_dir)
     start = time.perf_counter()
-    cfg = RolloutConfig(engine=engine_name, vllm_kv_cache_gb=1.0, vllm_max_model_len=512,
-                        vllm_cpu_threads_bind=f"0-{threads - 1}" if threads > 1 else "0")
+    cfg = EngineSettings(vllm_kv_cache_gb=1.0, vllm_max_model_len=512,
+                         vllm_cpu_threads_bind=f"0-{threads - 1}" if threads > 1 else "0")
     engine = create_engine(engine_name, model_dir, cfg, (tokenizer.eos_token_id,),
                            tokenizer.pad_token_id)
     startup = time.perf_counter() - start

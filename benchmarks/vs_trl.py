@@ -22,7 +22,8 @@ import time
 
 def run_rlvr(args: argparse.Namespace) -> list[float]:
     from rlvr.config import load_config
-    from rlvr.trainer import build_run, one_training_step
+    from rlvr.build import build_run
+    from rlvr.trainer import one_training_step
 
     steps = args.steps + 1
     cfg = load_config(None, [

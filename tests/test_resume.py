@@ -11,7 +11,7 @@ import time
 import torch
 from safetensors.torch import load_file
 
-from rlvr.state import list_states, load_latest_state
+from rlvr.checkpoint.state import list_states, load_latest_state
 
 # Numbers that depend on wall time, not on the training.
 TIMING = ("time/", "learner_tokens_per_second_step", "learner_mfu")
@@ -102,7 +102,7 @@ def test_repeated_non_finite_gradients_abort_keeping_the_last_good_state(tmp_pat
 
 DIE_MID_SAVE = '''
 import os, signal, sys
-import rlvr.state as state
+import rlvr.checkpoint.state as state
 real_save = state.save_file
 
 def save_then_die(tensors, path, *args, **kwargs):

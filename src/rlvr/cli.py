@@ -43,7 +43,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _cmd_config(args: argparse.Namespace) -> int:
+    from rlvr.build import check_registered_names
+
     cfg = load_config(*_split_args(args.items))
+    check_registered_names(cfg)
     print(to_yaml(cfg), end="")
     print(f"# derived: num_training_steps={cfg.num_training_steps} world_size={cfg.world_size}")
     return 0

@@ -1,7 +1,10 @@
 """The one typed config tree of a run, loaded from YAML plus `key.sub=value` overrides.
 
 OmegaConf does the parsing, merging and per-field type checks (unknown keys and wrong types fail
-with the field's full name); `validate` adds the cross-field rules. Each component receives only
+with the field's full name); `validate` adds the cross-field rules. Names of registered parts
+(losses, engines, verifiers, ...) are checked where the parts are built (`rlvr.build`), still
+before any model loads: this module imports nothing else from rlvr, so every part can import
+its settings from here without a cycle. Each component receives only
 its own section. Derived values (training steps, world size) are properties, never stored twice.
 This module knows no model, tensor or process group.
 
@@ -115,14 +118,23 @@ class AlgorithmConfig:
     loss_fn: str = "dapo"  # a registered policy loss
     advantage_normalization_type: str = "standard"  # standard | centered
     beta: float = 0.0  # KL coefficient; 0 loads no reference model
-    kl_estimator: int = 2  # 0: d, 1: d^2/2, 2: expm1(-d)+d, 3: ratio*d, d = logp - logp_ref
-    load_ref_policy: bool = True  # must be true when beta > 0
+    # d = logp - logp_ref; 0: d, 1: d^2/2, 2: expm1(-d)+d, 3: ratio*d with ratio =
+    # exp(logp - logp_old), the importance weight from the sampling policy (open-instruct)
+    kl_estimator: int = 2
+    # Load a frozen reference policy. null: only when beta > 0. true with beta 0 loads it to log
+    # the KL metrics without penalising (open-instruct's behaviour); false needs beta 0.
+    load_ref_policy: Optional[bool] = None
     ref_policy_update_freq: Optional[int] = None  # steps between Polyak updates of the reference
     alpha: float = 0.6  # Polyak rate: ref <- (1 - alpha) * ref + alpha * policy
-    rho_correction: bool = False  # reweight by rho = exp(old - engine logprob), clamped
-    rho_clamp_lower: float = 0.0
-    rho_clamp_upper: float = 2.0
-    rho_mask: str = "none"  # none | token | sequence: drop tokens/sequences with rho out of bounds
+    # Reweight each token's policy-gradient term by rho = exp(old - engine logprob), clamped to
+    # [rho_clamp_lower, rho_clamp_upper]. null: on when generation runs ahead of training
+    # (rollout.async_steps > 0, where the engine's weights are stale) and top_p = 1.
+    rho_correction: Optional[bool] = None
+    rho_clamp_lower: float = 0.0  # in [0, 1)
+    rho_clamp_upper: float = 2.0  # > 1 (open-instruct's default)
+    # none: clamp (truncated IS); token: drop tokens out of bounds; sequence: drop sequences
+    # whose geometric-mean rho is out of bounds, weight the rest by it (masked IS)
+    rho_mask: str = "none"
     clip_lower: float = 0.2
     clip_higher: float = 0.2
     filter_zero_std_samples: bool = True
@@ -134,7 +146,11 @@ class AlgorithmConfig:
     non_stop_penalty_value: float = 0.0  # reward of a truncated completion when penalised
     overlong_buffer: int = 0  # DAPO soft overlong penalty: tokens before the limit; 0 disables
     overlong_penalty_factor: float = 1.0  # the penalty at the length limit
-    mask_truncated_completions: bool = False  # truncated samples count for advantages, not loss
+    # Truncated samples (hit response_length) train nothing. By default they are dropped before
+    # advantages, so the group's baseline is its finished samples' (open-instruct);
+    # truncated_in_baseline keeps them in the baseline, with no gradient of their own.
+    mask_truncated_completions: bool = False
+    truncated_in_baseline: bool = False
     packing: str = "in_order"  # in_order (greedy) | first_fit_decreasing
     num_mini_batches: int = 1  # gradient-accumulation micro-steps per optimizer step
     num_epochs: int = 1  # optimizer steps over the same batch
@@ -156,9 +172,9 @@ class OptimizerConfig:
 
 @dataclass
 class DistributedConfig:
-    num_nodes: int = 1  # machines of the Ray cluster the learners span
-    # Learners on each node, one entry per node (len == num_nodes): the learners of one node
-    # share a placement bundle, so Ray keeps them together; nodes are spread (STRICT_SPREAD).
+    # Learners on each node, one entry per node of the Ray cluster the learners span (so
+    # [1, 1] is two nodes): the learners of one node share a placement bundle, so Ray keeps
+    # them together; nodes are spread (STRICT_SPREAD).
     num_learners_per_node: list[int] = field(default_factory=lambda: [1])
     # local: everything in this process (the embedded default); ray: learners are Ray actors
     # forming one gloo/NCCL group, on the cluster at ray_address or a Ray started here.
@@ -225,6 +241,19 @@ class Config:
     @property
     def world_size(self) -> int:
         return sum(self.distributed.num_learners_per_node)
+
+    @property
+    def uses_rho_correction(self) -> bool:
+        """`algorithm.rho_correction`, or its default: on when generation runs ahead of the
+        learner, unless top_p truncates (rho would then measure the truncation, see validate)."""
+        if self.algorithm.rho_correction is not None:
+            return self.algorithm.rho_correction
+        return self.rollout.async_steps > 0 and self.rollout.top_p == 1.0
+
+    @property
+    def loads_reference(self) -> bool:
+        """A reference policy is loaded: for the KL penalty, or to log the KL at beta 0."""
+        return self.algorithm.beta > 0 or bool(self.algorithm.load_ref_policy)
 
 
 def load_config(paths: str | Path | list[str | Path] | None,
@@ -296,11 +325,9 @@ def _check_distributed(errors: list[str], cfg: Config) -> None:
         if cfg.world_size > 1 and d.sharding == "none":
             errors.append(f"distributed.sharding=none cannot split {cfg.world_size} learners; "
                           "use ddp or fsdp")
-    if d.num_nodes < 1 or len(d.num_learners_per_node) != d.num_nodes:
-        errors.append(f"distributed.num_nodes={d.num_nodes} needs one entry per node in "
-                      f"distributed.num_learners_per_node={d.num_learners_per_node}")
-    if d.num_nodes > 1 and d.launcher != "ray":
-        errors.append(f"distributed.num_nodes={d.num_nodes} needs distributed.launcher=ray")
+    if len(d.num_learners_per_node) > 1 and d.launcher != "ray":
+        errors.append(f"distributed.num_learners_per_node={d.num_learners_per_node} spans "
+                      f"{len(d.num_learners_per_node)} nodes, which needs distributed.launcher=ray")
     r = cfg.rollout
     if r.vllm_num_engines < 0:
         errors.append(f"rollout.vllm_num_engines={r.vllm_num_engines} must be >= 0")
@@ -339,39 +366,50 @@ def _check_async(errors: list[str], cfg: Config) -> None:
                       f"{cfg.data.max_prompt_length + r.response_length}")
 
 
-def _check_rewards(errors: list[str], rw: RewardsConfig) -> None:
-    from rlvr.rewards import is_known_verifier
-    from rlvr.rewards.scorer import AGGREGATORS
+def _check_rho(errors: list[str], cfg: Config) -> None:
+    a, r = cfg.algorithm, cfg.rollout
+    if not cfg.uses_rho_correction:
+        return
+    if not 0 <= a.rho_clamp_lower < 1 < a.rho_clamp_upper:
+        errors.append(f"algorithm.rho_clamp_lower={a.rho_clamp_lower} and rho_clamp_upper="
+                      f"{a.rho_clamp_upper} need 0 <= lower < 1 < upper (rho is 1 when the "
+                      "engine and the learner agree)")
+    if r.top_p < 1.0:
+        # Engines report logprobs under the distribution they sampled from, truncated by top_p;
+        # the learner's are over the whole vocabulary. rho would then be below 1 on every token
+        # by the truncated mass, and the correction would fight the truncation, not staleness.
+        errors.append(f"algorithm.rho_correction=true with rollout.top_p={r.top_p}: rho would "
+                      "measure the top-p truncation (engine logprobs are over the truncated "
+                      "distribution, the learner's over the full one), not the engine mismatch; "
+                      "use rollout.top_p=1.0 or algorithm.rho_correction=false")
 
-    _choice(errors, "rewards.reward_aggregator", rw.reward_aggregator, set(AGGREGATORS))
+
+def _check_rewards(errors: list[str], rw: RewardsConfig) -> None:
     if rw.num_workers < 0 or rw.timeout_s <= 0:
         errors.append("rewards.num_workers must be >= 0 and rewards.timeout_s > 0")
     if rw.additive_format_reward and not rw.apply_r1_style_format_reward:
         errors.append("rewards.additive_format_reward needs rewards.apply_r1_style_format_reward")
-    for source, target in rw.remap_verifier.items():
-        if not is_known_verifier(target):
-            errors.append(f"rewards.remap_verifier.{source}={target!r} is not a known verifier")
+
+
+def warnings_for(cfg: Config) -> list[str]:
+    """Settings that work but deserve a loud line at start."""
+    out = []
+    r, a = cfg.rollout, cfg.algorithm
+    if r.async_steps > 0 and a.rho_correction is None and r.top_p < 1.0:
+        out.append(f"rollout.async_steps={r.async_steps} with rollout.top_p={r.top_p}: the "
+                   "off-policy (rho) correction that asynchronous runs get by default is OFF, "
+                   "because with top-p truncation rho would measure the truncation; the "
+                   "staleness of generated batches goes uncorrected. Use top_p=1.0 to have it")
+    return out
 
 
 def validate(cfg: Config) -> None:
     """Cross-field rules. Collects every problem, then fails once naming all the fields."""
-    from rlvr.algorithm.losses import POLICY_LOSSES
-    from rlvr.algorithm.advantages import ADVANTAGE_NORMALIZATIONS
-    from rlvr.learner.schedule import SCHEDULES
-    from rlvr.rollout import ENGINES
-
     errors: list[str] = []
     e, r, a, o = cfg.experiment, cfg.rollout, cfg.algorithm, cfg.optimizer
-    _choice(errors, "algorithm.loss_fn", a.loss_fn, set(POLICY_LOSSES))
-    _choice(errors, "algorithm.advantage_normalization_type", a.advantage_normalization_type,
-            set(ADVANTAGE_NORMALIZATIONS))
     _choice(errors, "algorithm.kl_estimator", a.kl_estimator, {0, 1, 2, 3})
     _choice(errors, "algorithm.rho_mask", a.rho_mask, {"none", "token", "sequence"})
-    if a.rho_correction and not 0 <= a.rho_clamp_lower < a.rho_clamp_upper:
-        errors.append(f"algorithm.rho_clamp_lower={a.rho_clamp_lower} and rho_clamp_upper="
-                      f"{a.rho_clamp_upper} need 0 <= lower < upper")
-    _choice(errors, "optimizer.lr_scheduler_type", o.lr_scheduler_type, set(SCHEDULES))
-    _choice(errors, "rollout.engine", r.engine, set(ENGINES))
+    _check_rho(errors, cfg)
     _check_rewards(errors, cfg.rewards)
     _check_async(errors, cfg)
     _choice(errors, "model.dtype", cfg.model.dtype, {"float32", "bfloat16"})
@@ -398,11 +436,17 @@ def validate(cfg: Config) -> None:
         errors.append(f"rollout.top_p={r.top_p} must be in (0, 1]")
     if a.beta < 0:
         errors.append(f"algorithm.beta={a.beta} must be >= 0")
-    if a.beta > 0 and not a.load_ref_policy:
-        errors.append(f"algorithm.beta={a.beta} > 0 needs algorithm.load_ref_policy=true")
-    if a.ref_policy_update_freq is not None and (a.ref_policy_update_freq <= 0 or a.beta == 0):
+    if a.beta > 0 and a.load_ref_policy is False:
+        errors.append(f"algorithm.beta={a.beta} > 0 needs the reference: "
+                      "algorithm.load_ref_policy=true or null")
+    if a.ref_policy_update_freq is not None and (a.ref_policy_update_freq <= 0
+                                                 or not cfg.loads_reference):
         errors.append(f"algorithm.ref_policy_update_freq={a.ref_policy_update_freq} needs a "
-                      "positive value and algorithm.beta > 0 (no reference is loaded at beta 0)")
+                      "positive value and a reference (algorithm.beta > 0 or "
+                      "algorithm.load_ref_policy=true)")
+    if a.truncated_in_baseline and not a.mask_truncated_completions:
+        errors.append("algorithm.truncated_in_baseline only applies with "
+                      "algorithm.mask_truncated_completions=true")
     if not 0.0 <= a.alpha <= 1.0:
         errors.append(f"algorithm.alpha={a.alpha} must be in [0, 1]")
     if a.clip_lower < 0 or a.clip_higher < 0:

@@ -1,184 +1,50 @@
-"""The training loop, readable top to bottom: set up a run, then repeat `one_training_step`.
+"""The training loop, readable top to bottom: `train` builds the run (`rlvr.build`), then
+repeats `one_training_step`.
 
 One step: sample prompts, generate a group per prompt, score (the `EpisodeSource`), compute
 advantages and filter, pack, update the policy, sync weights to the engine, and report metrics.
-Components are built here from their config sections and passed in explicitly; none of them
-sees the whole config. With `rollout.async_steps = k > 0`, a producer thread generates batches
-up to k steps ahead (`async_rollouts`) and the step trains on the oldest, minus groups more than
-k versions stale. With `distributed.launcher=ray` the learners, the engines and the episode
+With `rollout.async_steps = k > 0`, a producer thread generates batches up to k updates ahead
+(`rlvr.producer.ahead`) and the step trains on the oldest, minus groups more than k versions
+stale. With `distributed.launcher=ray` the learners, the engines and the episode
 source may each be Ray actors (`rlvr.distributed`) behind the same surfaces.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import random
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
-
-import numpy as np
-import torch
 
 from rlvr.algorithm.importance import RhoCorrection
-from rlvr.async_rollouts import RolloutProducer, drop_stale_groups, staleness_metrics
 from rlvr.algorithm.losses import (LossParams, PolicyLoss, normalization_unit,
                                    summarize_loss_metrics)
-from rlvr.batching import BatchSettings, build_training_batch
-from rlvr.checkpoint import save_final_model, save_model_checkpoint, write_text_atomic
-from rlvr.config import Config, to_dict, to_yaml
-from rlvr.data import DataBundle, load_datasets, tokenize_datasets
-from rlvr.distributed.data_prep import DataPrepActor
+from rlvr.build import Run, build_run
+from rlvr.checkpoint import save_final_model, save_model_checkpoint
+from rlvr.checkpoint.state import TrainingState, capture_rng, restore_rng, save_state
+from rlvr.config import Config
 from rlvr.distributed.engine_group import EngineGroup
 from rlvr.distributed.trainer_learner import GroupLearner
-from rlvr.episode_source import EpisodeSource, SourceSettings
-from rlvr.episodes import Episodes, RewardShaping
-from rlvr.evaluation import evaluate
 from rlvr.interrupts import NumericalFault, StopOnSignal, TrainingInterrupted
-from rlvr.learner import Learner, LearnerSettings, UpdateResult
-from rlvr.metrics import JsonlSink, MetricsLogger, StepTimer
-from rlvr.models import load_causal_lm, load_tokenizer, resolve_model_dir
-from rlvr.rewards.scorer import RewardScorer
-from rlvr.rollout import RolloutEngine, create_engine
-from rlvr.rollout.weight_sync import LocalTransport, WeightTransport
-from rlvr.sampling import ActiveSampling
-from rlvr.state import TrainingState, capture_rng, load_latest_state, restore_rng, save_state
-from rlvr.throughput import ModelShape, learner_throughput
-from rlvr.tracking import build_sinks
+from rlvr.learner import UpdateResult
+from rlvr.metrics import StepTimer, learner_throughput
+from rlvr.producer.ahead import RolloutProducer
+from rlvr.producer.evaluation import evaluate
+from rlvr.producer.groups import Episodes
+from rlvr.producer.staleness import drop_stale_groups, staleness_metrics
+from rlvr.producer.training_batch import BatchSettings, build_training_batch
 from rlvr.types import SamplingParams
 
 log = logging.getLogger(__name__)
 
 
-@dataclass
-class Run:
-    """Everything a training step touches, built once by `build_run`."""
-
-    cfg: Config
-    output_dir: Path
-    tokenizer: object
-    data: DataBundle
-    learner: Learner | GroupLearner  # one process, or ranks elsewhere (distributed.launcher=ray)
-    engine: RolloutEngine
-    scorer: RewardScorer  # evaluation's; a data-preparation actor scores training batches
-    source: EpisodeSource | DataPrepActor  # a step's scored groups
-    logger: MetricsLogger
-    model_shape: ModelShape
-    state_dir: Path
-    episode: int = 0
-    start_step: int = 0  # the step a resumed run continues after
-    history: list[dict[str, float]] = field(default_factory=list)
-    weights: WeightTransport | None = None  # learner -> engine; built with the engine
-    started: float = field(default_factory=time.perf_counter)  # for time/elapsed
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-
-
-def build_run(cfg: Config) -> Run:
-    seed_everything(cfg.experiment.seed)
-    if cfg.model.num_threads > 0:
-        torch.set_num_threads(cfg.model.num_threads)
-    output_dir = Path(cfg.experiment.output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(output_dir / "config.yaml", to_yaml(cfg))
-    # Data first: a bad row fails before any model (or a 45 s conversion) is touched.
-    loaded = load_datasets(cfg.data, cfg.experiment.seed, cfg.rewards.remap_verifier)
-    model_dir = resolve_model_dir(cfg.model.name_or_path)
-    tokenizer = load_tokenizer(model_dir)
-    data = tokenize_datasets(loaded, cfg.data, tokenizer, cfg.experiment.seed)
-    policy = load_causal_lm(model_dir, cfg.model.dtype)
-    if cfg.distributed.launcher == "ray":  # sized for learners and engines before either starts
-        from rlvr.distributed.ray_session import ensure_ray
-
-        r = cfg.rollout
-        ensure_ray(cfg.distributed.ray_address or None,
-                   cfg.world_size + r.vllm_num_engines * r.vllm_tensor_parallel_size)
-    learner = build_learner(cfg, model_dir, policy)
-    eos_ids = tuple(sorted({tokenizer.eos_token_id} | _generation_eos_ids(policy)))
-    engine = build_engine(cfg, model_dir, eos_ids, tokenizer.pad_token_id)
-    scorer = RewardScorer(**scorer_args(cfg))
-    source = build_source(cfg, data, engine, scorer)
-    state_dir = Path(cfg.checkpoint.checkpoint_state_dir or output_dir / "state")
-    state = load_latest_state(state_dir) if cfg.checkpoint.resume else None
-    if state is not None:  # before the sink opens the file: drop steps the state does not hold
-        JsonlSink.truncate_after(output_dir / "metrics.jsonl", state.step)
-    logger = MetricsLogger(build_sinks(cfg, output_dir, to_dict(cfg)))
-    run = Run(cfg=cfg, output_dir=output_dir, tokenizer=tokenizer, data=data, learner=learner,
-              engine=engine, scorer=scorer, source=source, logger=logger,
-              model_shape=ModelShape.of(policy), state_dir=state_dir,
-              weights=LocalTransport(engine))
-    if state is not None:
-        restore_state(run, state)
-    return run
-
-
-def learner_settings(cfg: Config) -> LearnerSettings:
-    opt = cfg.optimizer
-    return LearnerSettings(
-        learning_rate=opt.learning_rate, lr_scheduler_type=opt.lr_scheduler_type,
-        warm_up_steps=opt.warm_up_steps,
-        total_optimizer_steps=cfg.num_training_steps * cfg.algorithm.num_epochs,
-        weight_decay=opt.weight_decay, max_grad_norm=opt.max_grad_norm,
-        betas=(opt.adam_beta1, opt.adam_beta2), eps=opt.adam_eps,
-        bf16_autocast=cfg.model.bf16_autocast,
-        gradient_checkpointing=cfg.model.gradient_checkpointing)
-
-
-def build_learner(cfg: Config, model_dir: str, policy: torch.nn.Module) -> Learner | GroupLearner:
-    """The policy trained here (local launcher), or by Ray actors that load their own copies
-    and shard them (ray launcher); `policy` then stays the driver's copy for checkpoints."""
-    d = cfg.distributed
-    if d.launcher == "local":
-        reference = Learner.frozen_copy(policy) if cfg.algorithm.beta > 0 else None
-        return Learner(policy, reference, learner_settings(cfg))
-    from rlvr.distributed import LearnerGroup, LearnerSpec
-
-    spec = LearnerSpec(model_dir=str(model_dir), settings=learner_settings(cfg),
-                       dtype=cfg.model.dtype, sharding=d.sharding if cfg.world_size > 1 else
-                       "none", cpu_offload=d.cpu_offload, with_reference=cfg.algorithm.beta > 0,
-                       timeout_s=d.collective_timeout_s, num_threads=actor_threads(cfg))
-    group = LearnerGroup(spec, num_learners=cfg.world_size, backend="ray",
-                         ray_address=d.ray_address or None,
-                         learners_per_node=list(d.num_learners_per_node))
-    return GroupLearner(group, policy)
-
-
-def actor_threads(cfg: Config) -> int:
-    """Torch threads per learner or engine actor: `model.num_threads`, else the node's cores
-    shared among its learners. Ray would leave one (it sets OMP_NUM_THREADS to the actor's
-    CPU count), which made a lone learner actor 3.5x slower here than the same learner
-    in process."""
-    if cfg.model.num_threads > 0:
-        return cfg.model.num_threads
-    return max(1, (os.cpu_count() or 1) // max(cfg.distributed.num_learners_per_node))
-
-
-def build_engine(cfg: Config, model_dir: str, eos_ids: tuple[int, ...],
-                 pad_id: int) -> RolloutEngine:
-    """The engine in this process, or `rollout.vllm_num_engines` engine actors behind the same
-    protocol."""
-    r = cfg.rollout
-    if r.vllm_num_engines == 0:
-        return create_engine(r.engine, model_dir, r, eos_ids, pad_id)
-    return EngineGroup(r.vllm_num_engines, r.engine, str(model_dir), r, eos_ids, pad_id,
-                       num_threads=actor_threads(cfg),
-                       cpus_per_engine=float(r.vllm_tensor_parallel_size),
-                       timeout_s=cfg.distributed.collective_timeout_s,
-                       ray_address=cfg.distributed.ray_address or None)
-
-
 def sync_weights(run: Run, version: int) -> None:
-    """Learner -> engines. From learner actors to engine actors, rank 0 broadcasts directly;
-    otherwise the weights pass through this process (a tensor copy for an engine here)."""
+    """Learner -> engines, as policy version `version`. From learner actors to engine actors,
+    rank 0 broadcasts directly; otherwise the weights pass through this process (a tensor copy
+    for an engine here)."""
     if isinstance(run.learner, GroupLearner) and isinstance(run.engine, EngineGroup):
         run.learner.broadcast_to(run.engine, version)
     else:
-        run.weights.push(run.learner.named_weights(), version)
+        run.engine.update_weights(run.learner.named_weights(), version)
+    run.policy_version = version
 
 
 def restore_state(run: Run, state: TrainingState) -> None:
@@ -187,63 +53,22 @@ def restore_state(run: Run, state: TrainingState) -> None:
     try:
         run.learner.load_training_state(parts)
     except (KeyError, ValueError, RuntimeError) as e:
-        # Optimizer state is keyed by index in one process and by name across learners.
+        # Every learner writes one format keyed by parameter name, so any launcher can load
+        # it; what fails here is a state of another model or config.
         raise RuntimeError(
-            f"the training state in {run.state_dir} (step {state.step}) could not be loaded "
-            f"with distributed.launcher={run.cfg.distributed.launcher}: {e}. A state loads "
-            "with the launcher that saved it; checkpoint.resume=false starts fresh") from e
+            f"the training state in {run.state_dir} (step {state.step}) does not fit this "
+            f"run's model and optimizer: {e}. checkpoint.resume=false starts fresh") from e
     run.source.load_mixer_state(state.mixer)
     restore_rng(state.rng)
     run.episode, run.start_step = state.episode, state.step
-    sync_weights(run, state.step)
+    sync_weights(run, state.policy_version)
     log.info("resumed from the training state of step %d in %s", state.step, run.state_dir)
 
 
 def capture_state(run: Run, step: int) -> TrainingState:
     return TrainingState(step=step, episode=run.episode, mixer=run.source.mixer_state(),
-                         rng=capture_rng(), **run.learner.training_state())
-
-
-def _generation_eos_ids(model: torch.nn.Module) -> set[int]:
-    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    if eos is None:
-        return set()
-    return set(eos) if isinstance(eos, (list, tuple)) else {eos}
-
-
-def source_settings(cfg: Config) -> SourceSettings:
-    r, a = cfg.rollout, cfg.algorithm
-    return SourceSettings(
-        prompts_per_step=r.num_unique_prompts_rollout,
-        sampling=SamplingParams(n=r.num_samples_per_prompt_rollout, temperature=r.temperature,
-                                top_p=r.top_p, max_tokens=r.response_length,
-                                stop_strings=tuple(r.stop_strings), seed=cfg.experiment.seed),
-        shaping=reward_shaping(cfg),
-        active=ActiveSampling(a.active_sampling, a.active_sampling_max_rounds),
-        retire_pass_rate=a.no_resampling_pass_rate)
-
-
-def build_source(cfg: Config, data: DataBundle, engine: RolloutEngine,
-                 scorer: RewardScorer) -> EpisodeSource | DataPrepActor:
-    """Prompts -> engine -> scored groups: here, or in the data-preparation actor."""
-    if not cfg.distributed.data_prep_actor:
-        return EpisodeSource(data.train, engine, scorer, source_settings(cfg))
-    return DataPrepActor(data.train, engine, source_settings(cfg), scorer_args(cfg),
-                         timeout_s=cfg.distributed.collective_timeout_s)
-
-
-def scorer_args(cfg: Config) -> dict:
-    rw = cfg.rewards
-    return {"num_workers": rw.num_workers, "timeout_s": rw.timeout_s,
-            "aggregator": rw.reward_aggregator}
-
-
-def reward_shaping(cfg: Config) -> RewardShaping:
-    a, rw = cfg.algorithm, cfg.rewards
-    return RewardShaping(a.non_stop_penalty, a.non_stop_penalty_value, a.overlong_buffer,
-                         a.overlong_penalty_factor, cfg.rollout.response_length,
-                         rw.apply_r1_style_format_reward, rw.r1_style_format_reward,
-                         rw.additive_format_reward)
+                         rng=capture_rng(), policy_version=run.policy_version,
+                         **run.learner.training_state())
 
 
 def one_training_step(run: Run, step: int, produced: tuple[Episodes, dict[str, float]] | None = None
@@ -252,22 +77,24 @@ def one_training_step(run: Run, step: int, produced: tuple[Episodes, dict[str, f
     cfg, timer = run.cfg, StepTimer()
     a = cfg.algorithm
     episodes, metrics = produced if produced is not None else run.source.produce(step)
-    metrics.update(staleness_metrics(episodes.groups, policy_version=step - 1))
+    metrics.update(staleness_metrics(episodes.groups, policy_version=run.policy_version))
     training = build_training_batch(episodes.groups, BatchSettings(
         a.advantage_normalization_type, a.filter_zero_std_samples, a.pack_length,
-        run.tokenizer.pad_token_id, a.mask_truncated_completions, a.packing))
+        run.tokenizer.pad_token_id, a.mask_truncated_completions, a.packing,
+        a.truncated_in_baseline))
     metrics.update(training.metrics)
     run.episode += sum(len(g) for g in episodes.groups)
     if training.batch is None:
         log.info("step %d: every group has zero reward spread; no update", step)
         metrics["optim/skipped_empty_batch"] = 1.0
+        run.learner.skip_update(a.num_epochs)  # the schedule counts training steps
     else:
         batch = training.batch
         # The whole batch's count, passed in, so the loss is the same however it is split.
         per_sequence = normalization_unit(a.loss_fn) == "sequence"
         count = batch.num_sequences if per_sequence else batch.num_response_tokens
         rho = (RhoCorrection(a.rho_clamp_lower, a.rho_clamp_upper, a.rho_mask)
-               if a.rho_correction else None)
+               if cfg.uses_rho_correction else None)
         params = LossParams(
             clip_lower=a.clip_lower, clip_higher=a.clip_higher, beta=a.beta,
             kl_estimator=a.kl_estimator, denominator=a.loss_denominator or float(count), rho=rho)
@@ -279,7 +106,7 @@ def one_training_step(run: Run, step: int, produced: tuple[Episodes, dict[str, f
         if a.ref_policy_update_freq and step % a.ref_policy_update_freq == 0:
             run.learner.update_reference(a.alpha)
         with timer("weight_sync"):
-            sync_weights(run, step)
+            sync_weights(run, run.policy_version + 1)
     timings = timer.as_metrics()
     metrics.update(timings)
     # Synchronous: generation + training + sync. Asynchronous: what the trainer spent, waiting
@@ -293,7 +120,7 @@ def one_training_step(run: Run, step: int, produced: tuple[Episodes, dict[str, f
 
 def update_metrics(run: Run, result: UpdateResult) -> dict[str, float]:
     n = max(result.num_response_tokens, 1)
-    metrics = summarize_loss_metrics(result.loss_sums, float(n))
+    metrics = summarize_loss_metrics(result.loss_sums)
     metrics.update({
         "policy/entropy_avg": result.entropy_sum / n,
         "debug/engine_vs_local_logprob_diff_mean": result.engine_diff_sum / n,
@@ -322,18 +149,18 @@ def train(cfg: Config) -> Run:
     """Train for `cfg.num_training_steps` steps; returns the run (history, output dir)."""
     run = build_run(cfg)
     try:
+        if run.resume_from is not None:
+            restore_state(run, run.resume_from)
         with StopOnSignal() as stop:
             _train_loop(run, stop)
         if cfg.checkpoint.save_final:
             save_final_model(run.learner.policy, run.tokenizer, run.output_dir)
     finally:
         run.logger.close()
-        if isinstance(run.source, DataPrepActor):
-            run.source.close()
+        run.source.close()
         run.scorer.close()
         run.engine.close()
-        if isinstance(run.learner, GroupLearner):
-            run.learner.close()
+        run.learner.close()
     return run
 
 
@@ -345,7 +172,7 @@ def _train_loop(run: Run, stop: StopOnSignal) -> None:
     producer = _start_producer(run)
     try:
         for step in range(run.start_step + 1, cfg.num_training_steps + 1):
-            produced = _next_produced(run, producer, step) if producer else None
+            produced = _next_produced(run, producer, step, stop) if producer else None
             metrics = one_training_step(run, step, produced)
             skipped_in_a_row = _finish_step(run, stop, step, metrics, skipped_in_a_row)
     finally:
@@ -361,20 +188,32 @@ def _start_producer(run: Run) -> RolloutProducer | None:
     return RolloutProducer(lambda: run.source.produce(next(steps)), async_steps=k)
 
 
-def _next_produced(run: Run, producer: RolloutProducer, step: int
+def _next_produced(run: Run, producer: RolloutProducer, step: int, stop: StopOnSignal
                    ) -> tuple[Episodes, dict[str, float]]:
-    """The next batch fresh enough to train step `step` on (policy version step - 1)."""
+    """The next batch fresh enough to train step `step` on (at most `async_steps` versions
+    behind the policy). Bounded: the producer runs at most `async_steps` batches ahead, so a
+    whole batch can only be stale if versions are miscounted; after a few such batches in a row
+    this raises instead of drawing forever. A stop signal ends the wait at once."""
     k, dropped, waited = run.cfg.rollout.async_steps, 0, 0.0
-    while True:
-        produced, wait_s = producer.next_batch()
+    for attempt in range(MAX_STALE_BATCHES_IN_A_ROW):
+        produced, wait_s = producer.next_batch(should_stop=lambda: stop.signum is not None)
+        if produced is None:  # a stop signal arrived while waiting: save and leave
+            _stop_between_steps(run, stop, step - 1)
         waited += wait_s
         episodes, metrics = produced.item
-        kept_groups, n_dropped = drop_stale_groups(episodes.groups, step - 1, k)
+        kept_groups, n_dropped = drop_stale_groups(episodes.groups, run.policy_version, k)
         dropped += n_dropped
-        if kept_groups:
+        if kept_groups or not episodes.groups:
             break
-        log.warning("step %d: a whole batch was more than %d versions stale; drawing the next",
-                    step, k)
+        log.warning("step %d: a whole batch was more than %d versions stale (policy version "
+                    "%d); drawing the next", step, k, run.policy_version)
+        if stop.signum is not None:
+            _stop_between_steps(run, stop, step - 1)
+    else:
+        raise RuntimeError(
+            f"step {step}: {MAX_STALE_BATCHES_IN_A_ROW} batches in a row were all more than "
+            f"{k} versions behind the policy (version {run.policy_version}); the producer's "
+            "bound should make this impossible, so the version bookkeeping is wrong")
     kept_ids = {id(g) for g in kept_groups}
     kept = Episodes(groups=kept_groups, outcomes=[o for g, o in zip(episodes.groups,
                                                                       episodes.outcomes)
@@ -382,6 +221,18 @@ def _next_produced(run: Run, producer: RolloutProducer, step: int
     return kept, {**metrics, "async/stale_results_dropped": float(dropped),
                   "time/trainer_waiting_for_data": waited,
                   "time/generation_waiting_for_trainer": producer.blocked_since_last()}
+
+
+MAX_STALE_BATCHES_IN_A_ROW = 4
+
+
+def _stop_between_steps(run: Run, stop: StopOnSignal, last_step: int) -> None:
+    """A stop signal arrived before step `last_step + 1` could train: save the state of the
+    last finished step (its weights are the learner's now) and leave."""
+    if last_step > run.start_step:
+        save_state(capture_state(run, last_step), run.state_dir,
+                   run.cfg.checkpoint.keep_last_n_states)
+    raise TrainingInterrupted(stop.signum, last_step, str(run.state_dir))
 
 
 def _finish_step(run: Run, stop: StopOnSignal, step: int, metrics: dict[str, float],

@@ -51,11 +51,13 @@ class SamplingParams:
 class Completion:
     """One sampled continuation of a prompt.
 
-    `logprobs_T[i]` is the engine's log-probability of `token_ids_T[i]` under the
-    temperature-scaled distribution it sampled from (before top-p truncation), so the learner can
-    compare it with its own logprob of the same token at the same temperature.
+    `logprobs_T[i]` is the engine's log-probability of `token_ids_T[i]` under the distribution it
+    was sampled from: temperature-scaled, truncated to the top-p nucleus and renormalised (every
+    engine follows this). With top_p = 1 the learner's logprob at the same temperature is the
+    same quantity; with top_p < 1 it is lower by the log of the nucleus mass.
     `finish_reason` is "stop" if an EOS/stop id/stop string ended it, "length" if it hit max_tokens.
-    `model_version` is the learner step whose weights produced it (for staleness accounting).
+    `model_version` is the policy version (weight updates applied) that produced it, for
+    staleness accounting.
     """
 
     token_ids_T: list[int]

@@ -29,9 +29,37 @@ def test_token_mask_drops_tokens_out_of_bounds():
     assert r.keep_RL.tolist() == [[False, True, False, False, True]]
 
 
-def test_sequence_mask_drops_the_whole_sequence():
+def test_sequence_mask_judges_the_geometric_mean_not_one_token():
+    # Sequence 0's log rho: 0.1, 1.0, -0.2; mean 0.3, so its rho is e^0.3 = 1.34986, inside
+    # [0.5, 2] although one token's rho (2.71828) is not: the sequence stays, every token
+    # weighted by 1.34986. Sequence 1: rho 1.
     r = rho_correction(OLD, ENGINE, MASK, IDS, RhoCorrection(0.5, 2.0, "sequence"))
+    assert r.keep_RL.tolist() == [[False, True, True, True, True]]
+    torch.testing.assert_close(r.weight_RL, torch.tensor([[1.0, 1.34986, 1.34986, 1.34986, 1.0]]),
+                               atol=1e-5, rtol=0)
+
+
+def test_sequence_mask_drops_a_sequence_whose_mean_drifts():
+    # Upper bound 1.3 < 1.34986: sequence 0 goes whole; sequence 1 (rho 1) stays.
+    r = rho_correction(OLD, ENGINE, MASK, IDS, RhoCorrection(0.5, 1.3, "sequence"))
     assert r.keep_RL.tolist() == [[False, False, False, False, True]]
+
+
+def test_masked_tokens_keep_their_kl_term_and_metrics_count_kept_tokens():
+    # Token mask [0.9, 2]: tokens 2 (rho e) and 3 (rho 0.81873) lose their policy term. With
+    # new = old, A = 0, beta 0.1, k1 and ref = new - 0.5 the KL term is 0.1 * 0.125 on each of the
+    # 4 response tokens, dropped or not (open-instruct keeps it): loss 0.05 / 4.
+    new = OLD.clone().requires_grad_(True)
+    params = LossParams(0.2, 0.2, 0.1, 1, denominator=4.0, rho=RhoCorrection(0.9, 2.0, "token"))
+    out = compute_policy_loss("dapo", LossInputs(new, OLD, torch.zeros(1, 5), MASK,
+                                                 ref_logprobs_RL=OLD - 0.5, sequence_ids_RL=IDS,
+                                                 engine_logprobs_RL=ENGINE), params)
+    assert out.loss.item() == pytest.approx(0.05 / 4, abs=1e-6)
+    m = summarize_loss_metrics(out.sums)
+    # Ratio 1 on the 2 kept tokens: their mean is 1, not 2 / 4 (the dilution this fixes).
+    assert m["val/ratio"] == pytest.approx(1.0)
+    assert m["val/rho_masked_frac"] == pytest.approx(0.5)
+    assert m["objective/kl1_avg"] == pytest.approx(0.125)
 
 
 def test_rho_reweights_the_policy_gradient_term():
@@ -43,7 +71,7 @@ def test_rho_reweights_the_policy_gradient_term():
                                                  sequence_ids_RL=IDS, engine_logprobs_RL=ENGINE),
                               params)
     assert out.loss.item() == pytest.approx(-4.9239 / 4, abs=1e-4)
-    m = summarize_loss_metrics(out.sums, 4.0)
+    m = summarize_loss_metrics(out.sums)
     assert m["val/rho_max"] == pytest.approx(math.e, abs=1e-5)
     assert m["val/rho_min"] == pytest.approx(0.81873, abs=1e-5)
     assert m["val/rho_masked_frac"] == 0.0

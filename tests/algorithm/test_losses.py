@@ -95,7 +95,7 @@ def test_kl_term_enters_the_loss_with_beta():
                         ref_logprobs_RL=torch.tensor([[-1.5]]))
     out = compute_policy_loss("dapo", inputs, LossParams(0.2, 0.2, 0.1, 1, 1.0))
     assert out.loss.item() == pytest.approx(0.0125)
-    metrics = summarize_loss_metrics(out.sums, out.sums["num_tokens"])
+    metrics = summarize_loss_metrics(out.sums)
     assert metrics["objective/kl1_avg"] == pytest.approx(0.125)
     assert metrics["loss/kl_avg"] == pytest.approx(0.0125)
 
@@ -148,7 +148,7 @@ def test_ratio_statistics_are_token_weighted():
     old = torch.tensor([[0.0, -1.0, -1.0]])
     out = compute_policy_loss("dapo", LossInputs(new, old, torch.ones(1, 3),
                                                  torch.tensor([[False, True, True]])), PARAMS)
-    m = summarize_loss_metrics(out.sums, out.sums["num_tokens"])
+    m = summarize_loss_metrics(out.sums)
     assert m["val/ratio"] == pytest.approx(1.11070, abs=1e-5)
     assert m["val/ratio_var"] == pytest.approx(0.11070 ** 2, abs=1e-5)
     assert m["policy/clipfrac_avg"] == pytest.approx(0.5)

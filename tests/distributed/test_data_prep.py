@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from rlvr.config import RolloutConfig
+from rlvr.rollout.base import EngineSettings
 from rlvr.data.mixer import PromptMixer
 from rlvr.distributed.data_prep import DataPrepActor, DataPrepError
 from rlvr.distributed.engine_group import EngineGroup
-from rlvr.episode_source import SourceSettings
-from rlvr.episodes import RewardShaping
-from rlvr.sampling import ActiveSampling
+from rlvr.producer.source import SourceSettings
+from rlvr.producer.groups import RewardShaping
+from rlvr.producer.prompt_selection import ActiveSampling
 from rlvr.types import Prompt, SamplingParams
 
 SETTINGS = SourceSettings(prompts_per_step=3, sampling=SamplingParams(n=2, max_tokens=4, seed=1),
@@ -28,7 +28,7 @@ def _mixer() -> PromptMixer:
 
 @pytest.fixture
 def engines(ray_session, tiny_model_dir, tiny_tokenizer):
-    group = EngineGroup(1, "transformers", tiny_model_dir, RolloutConfig(),
+    group = EngineGroup(1, "transformers", tiny_model_dir, EngineSettings(),
                         (tiny_tokenizer.eos_token_id,), tiny_tokenizer.pad_token_id,
                         num_threads=1, timeout_s=60)
     yield group

@@ -8,7 +8,7 @@ import time
 import pytest
 import torch
 
-from rlvr.config import RolloutConfig
+from rlvr.rollout.base import EngineSettings
 from rlvr.distributed.engine_group import EngineGroup, EngineGroupError, split_evenly
 from rlvr.rollout import create_engine
 from rlvr.types import SamplingParams
@@ -18,13 +18,13 @@ GREEDY = SamplingParams(n=2, temperature=0.0, max_tokens=6)
 
 
 def _engines(tiny_model_dir, tiny_tokenizer, n: int) -> EngineGroup:
-    return EngineGroup(n, "transformers", tiny_model_dir, RolloutConfig(),
+    return EngineGroup(n, "transformers", tiny_model_dir, EngineSettings(),
                        (tiny_tokenizer.eos_token_id,), tiny_tokenizer.pad_token_id,
                        num_threads=1, cpus_per_engine=1.0, timeout_s=60)
 
 
 def _local(tiny_model_dir, tiny_tokenizer):
-    return create_engine("transformers", tiny_model_dir, RolloutConfig(),
+    return create_engine("transformers", tiny_model_dir, EngineSettings(),
                          (tiny_tokenizer.eos_token_id,), tiny_tokenizer.pad_token_id)
 
 
@@ -69,7 +69,7 @@ def test_two_engine_actors_answer_like_one_local_engine_and_take_pushed_weights(
 def test_a_dead_engine_actor_fails_the_call_with_a_clear_error(ray_session, tiny_model_dir,
                                                                tiny_tokenizer):
     engines = _engines(tiny_model_dir, tiny_tokenizer, 2)
-    ray_session.kill(engines._actors[1], no_restart=True)
+    ray_session.kill(engines.actors[1], no_restart=True)
     start = time.monotonic()
     with pytest.raises(EngineGroupError, match="generate failed on engine actor 1"):
         engines.generate(PROMPTS, GREEDY)

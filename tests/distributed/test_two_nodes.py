@@ -34,7 +34,7 @@ def test_one_learner_per_node_trains_with_an_engine_actor(tmp_path, two_nodes):
     run = train(load_config("configs/tiny.yaml", [
         f"experiment.output_dir={tmp_path}", "logging.progress_bar=false",
         "eval.local_eval_every=0", "algorithm.filter_zero_std_samples=false",
-        "distributed.launcher=ray", "distributed.num_nodes=2",
+        "distributed.launcher=ray",
         "distributed.num_learners_per_node=[1,1]", "distributed.collective_timeout_s=60",
         "rollout.vllm_num_engines=1"]))
     nodes = run.learner.group.rank_nodes

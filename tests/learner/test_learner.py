@@ -96,3 +96,55 @@ def test_two_packings_give_the_same_gradient(tiny_model_dir):
     g_shared = _grads_after_update(load_causal_lm(tiny_model_dir), shared, 1)
     for a, b in zip(g_plain, g_shared):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-4)
+
+
+def _model_with_dropout(tiny_model_dir):
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(tiny_model_dir)
+    config.attention_dropout = 0.1
+    torch.manual_seed(0)
+    return AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
+
+
+def test_dropout_is_off_so_epochs_see_the_same_function(tiny_model_dir):
+    # At learning rate ~0 the second epoch recomputes exactly the first epoch's logprobs: ratio
+    # 1 on every token, variance 0. With attention dropout left on (before the fix) each pass
+    # drew its own noise and val/ratio_var read about 1e-4.
+    from rlvr.algorithm.losses import summarize_loss_metrics
+
+    batch = _batch()
+    model = _model_with_dropout(tiny_model_dir)
+    learner = Learner(model, Learner.frozen_copy(model), _settings(learning_rate=1e-12))
+    result = learner.update(batch, _loss_fn(batch, beta=0.1), num_micro_batches=1, num_epochs=2,
+                            temperature=1.0)
+    metrics = summarize_loss_metrics(result.loss_sums)
+    assert metrics["val/ratio_var"] == 0.0 and metrics["val/ratio"] == pytest.approx(1.0)
+    assert metrics["objective/kl0_avg"] == pytest.approx(0.0, abs=1e-6)  # ref sees no noise
+
+
+def test_disable_dropout_zeroes_modules_and_attention_rates(tiny_model_dir):
+    from rlvr.learner.dropout import disable_dropout
+
+    model = _model_with_dropout(tiny_model_dir)
+    model.extra = torch.nn.Dropout(0.3)
+    assert disable_dropout(model) == model.config.num_hidden_layers + 1
+    assert all(getattr(m, "attention_dropout", 0.0) == 0.0 for m in model.modules())
+    assert model.extra.p == 0.0
+
+
+def test_steps_without_a_batch_still_move_the_schedule(tiny_model):
+    # Linear decay over 4 steps: steps 1 and 3 had no batch. The rate is the schedule's at each
+    # step, so step 2 trains at 1e-3 * (1 - 1/4) and step 4 at 1e-3 * (1 - 3/4); counting only
+    # updates (before the fix) gave 1e-3 and 7.5e-4, and the decay never reached its end.
+    batch = _batch(n=2)
+    learner = Learner(tiny_model, None, _settings(lr_scheduler_type="linear",
+                                                  total_optimizer_steps=4))
+    rates = []
+    for step in range(1, 5):
+        if step % 2:
+            learner.skip_update(num_epochs=1)
+        else:
+            rates.append(learner.update(batch, _loss_fn(batch), 1, 1, 1.0).learning_rate)
+    assert rates == pytest.approx([7.5e-4, 2.5e-4])
+    assert learner.scheduler.get_last_lr()[0] == pytest.approx(0.0)

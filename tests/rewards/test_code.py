@@ -15,7 +15,7 @@ import pytest
 
 from rlvr.rewards import code as code_module
 from rlvr.rewards.code import extract_code, parse_code_task, run_tests, verify_code
-from rlvr.rewards.registry import GROUND_TRUTH_CHECKS, VERIFIERS
+from rlvr.rewards.registry import VERIFIERS, ground_truth_check
 
 ADD_TESTS = json.dumps({"tests": ["assert add(1, 2) == 3", "assert add(-1, -1) == -2"]})
 
@@ -36,7 +36,10 @@ HALF = block("def add(a, b):\n    return abs(a) + abs(b)")  # right for (1, 2) o
     (WRONG, ADD_TESTS, 0.0),
     (block("def add(a, b):\n    return a + b", label=""), ADD_TESTS, 1.0),  # unlabelled fence
     (block("function add(a, b) { return a + b }", label="js"), ADD_TESTS, 0.0),
-    ("def add(a, b):\n    return a + b", ADD_TESTS, 0.0),  # no fenced block
+    # No fence at all: the whole answer is the program, as open-instruct's CodeVerifier does.
+    ("def add(a, b):\n    return a + b", ADD_TESTS, 1.0),
+    ("<think>I'll add them.</think>def add(a, b):\n    return a + b", ADD_TESTS, 1.0),
+    ("Here you go:\ndef add(a, b):\n    return a + b", ADD_TESTS, 0.0),  # prose: no program
     (f"<think>{GOOD}</think>I wrote it above.", ADD_TESTS, 0.0),  # code only while thinking
     (f"<think>{WRONG}</think>{GOOD}", ADD_TESTS, 1.0),
     (f"<think>still thinking {GOOD}", ADD_TESTS, 0.0),  # never finished thinking
@@ -91,7 +94,7 @@ def test_no_code_block_scores_zero_without_a_process(monkeypatch):
 ])
 def test_unusable_ground_truths_fail_the_check(ground_truth):
     with pytest.raises(ValueError):
-        GROUND_TRUTH_CHECKS["code"](ground_truth)
+        ground_truth_check("code")(ground_truth)
     with pytest.raises(ValueError):  # and the verifier raises too: a recorded error, not a 0
         verify_code(GOOD, ground_truth)
 
@@ -109,7 +112,19 @@ def test_extract_code_is_linear_on_hostile_input():
     start = time.monotonic()
     assert extract_code("```" * 200_000) is None
     assert extract_code("```python\n" * 50_000) is None
+    # Unfenced answers are parsed (never run) to tell a program from prose.
+    assert extract_code("(" * 100_000) is None  # nesting past the parser's cap
+    assert extract_code("9" * 100_000) is None  # past the integer digit limit
+    assert extract_code("x = 1\0") is None
+    assert extract_code("x = [" + "1, " * 30_000 + "]") is not None
     assert time.monotonic() - start < 1.0
+
+
+def test_an_unfenced_answer_is_the_program_only_without_any_fence():
+    bare = "def add(a, b):\n    return a + b"
+    assert extract_code(bare) == bare
+    assert extract_code(f"{bare}\n{block('x = 1', label='js')}") is None  # a fence, not ours
+    assert extract_code(f"{bare}\n```python\nx = 1") is None  # cut off in its fence
 
 
 # ---------------------------------------------------------------- limits

@@ -66,8 +66,8 @@ def hostile_completions(seed: int = 0) -> list[str]:
 
 def builtin_verifiers() -> list[str]:
     """rlvr's own verifiers (tests register deliberately broken ones of their own)."""
-    return sorted(name for name, fn in VERIFIERS.items()
-                  if ":" not in name and fn.__module__.startswith("rlvr."))
+    return sorted(name for name, verifier in VERIFIERS.items()
+                  if ":" not in name and verifier.score.__module__.startswith("rlvr."))
 
 
 def test_every_verifier_has_a_ground_truth():

@@ -12,7 +12,7 @@ import rlvr.rewards.ifeval  # noqa: F401  (registers the verifier and constraint
 from rlvr.rewards.ifeval import CONSTRAINTS, IFEVAL_IDS, get_checker, parse_constraints
 from rlvr.rewards.ifeval.language import is_language
 from rlvr.rewards.ifeval.text import split_sentences, split_words
-from rlvr.rewards.registry import GROUND_TRUTH_CHECKS, get_verifier
+from rlvr.rewards.registry import get_verifier, ground_truth_check
 
 ifeval = get_verifier("ifeval")
 
@@ -24,7 +24,7 @@ def gt(*constraints: tuple[str, dict]) -> str:
 # (id, kwargs, an answer meeting it, an answer violating it)
 IFEVAL_CASES = [
     ("keywords:existence", {"keywords": ["cat", "blue sky"]},
-     "The cat sat under a Blue  sky.", "A category of skies."),
+     "The CATegory has a Blue sky.", "A dog under a blue sky."),
     ("keywords:frequency", {"keyword": "tea", "frequency": 2, "relation": "at least"},
      "Tea first, then more tea.", "Tea once, then coffee."),
     ("keywords:forbidden_words", {"forbidden_words": ["bad"]},
@@ -39,20 +39,20 @@ IFEVAL_CASES = [
     ("length_constraints:number_paragraphs", {"num_paragraphs": 2},
      "First part.\n***\nSecond part.", "First part.\n***\n\n***\nSecond part."),
     ("length_constraints:number_words", {"num_words": 6, "relation": "less than"},
-     "Don't stop the well-known song.", "One two three four five six."),
+     "Stop the well-known song.", "Don't stop the song now."),  # \w+ runs: 5 and 6
     ("length_constraints:nth_paragraph_first_word",
      {"num_paragraphs": 2, "nth_paragraph": 2, "first_word": "then"},
      "First we go.\n\nThen, we stop.", "First we go.\n\nLater we stop."),
     ("detectable_content:number_placeholders", {"num_placeholders": 2},
      "Dear [name], meet me at [place].", "Dear [name], meet me at [ ]."),
     ("detectable_content:postscript", {"postscript_marker": "P.S."},
-     "Hello.\n\nP.S. See you.", "Hello. I mention P.S. midway."),
+     "Hello.\n\nP.S. See you.", "Hello.\n\nP.S see you."),
     ("detectable_format:number_bullet_lists", {"num_bullets": 2},
      "Intro:\n* one\n- two", "Intro:\n* one\n* two\n* three\n**bold**"),
     ("detectable_format:constrained_response", {},
      "My answer is maybe.", "Maybe, who knows."),
     ("detectable_format:number_highlighted_sections", {"num_highlights": 2},
-     "*first* and **second**", "*first* and * not one*"),
+     "*first* and **second**", "*first* and * *"),
     ("detectable_format:multiple_sections", {"section_spliter": "SECTION", "num_sections": 2},
      "SECTION 1\nhello\nSECTION 2\nbye", "SECTION 1\nhello only"),
     ("detectable_format:json_format", {},
@@ -61,12 +61,12 @@ IFEVAL_CASES = [
     ("combination:two_responses", {}, "First take.\n******\nSecond take.",
      "Same.\n******\nSame."),
     ("combination:repeat_prompt", {"prompt_to_repeat": "Write a poem about cats."},
-     "Write a  poem about cats.\nCats are soft.", "Cats are soft."),
+     "Write a poem about cats.\nCats are soft.", "Write a  poem about cats.\nCats are soft."),
     ("startend:end_checker", {"end_phrase": "Any other questions?"},
      "Done. Any other questions?  ", "Any other questions? Bye."),
     ("startend:quotation", {}, '"Hello there."', 'Hello "there".'),
     ("change_case:capital_word_frequency", {"capital_frequency": 2, "capital_relation": "at least"},
-     "This is VERY, VERY important.", "I am A person."),
+     "I am A person.", "I am a person."),  # "I" and "A" count, as in IFEval
     ("change_case:english_capital", {}, "THE CAT IS ON THE MAT.", "THE CAT is on the mat."),
     ("change_case:english_lowercase", {}, "the cat is on the mat.", "The cat is on the mat."),
     ("punctuation:no_comma", {}, "No commas here.", "One, two."),
@@ -159,7 +159,7 @@ def test_single_constraint_object():
     (json.dumps([{"id": "punctuation:no_comma", "kwarg": {}}]), "unknown fields"),
 ])
 def test_bad_ground_truths_are_rejected_with_a_clear_message(truth, message):
-    check = GROUND_TRUTH_CHECKS["ifeval"]
+    check = ground_truth_check("ifeval")
     with pytest.raises(ValueError, match="ifeval") as err:
         check(truth)
     assert message in str(err.value)
@@ -241,6 +241,7 @@ HOSTILE = [
     "! " * 50_000 + "a", "*a " * 33_000, "* " * 50_000, "P.S. " * 20_000, '"\'' * 50_000,
     "<think>" * 10_000 + "</think>" + "*" * 50_000, "🤖. " * 30_000, "\t " * 50_000,
     "My Answer: " * 9_000, "日本 " * 33_000, "The cat sat. " * 8_000,
+    "!?" * 50_000 + "🎉", "[" * 100_000, "*\n" * 50_000,
 ]
 
 

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from rlvr.rewards import get_verifier
-from rlvr.rewards.registry import GROUND_TRUTH_CHECKS
+from rlvr.rewards.registry import ground_truth_check
 
 
 @pytest.mark.parametrize("completion, truth, expected", [
@@ -55,4 +55,4 @@ def test_length_counts_only_the_answer():
 ])
 def test_unusable_ground_truths_are_rejected_at_load(name, truth):
     with pytest.raises(ValueError):
-        GROUND_TRUTH_CHECKS[name](truth)
+        ground_truth_check(name)(truth)

@@ -1,5 +1,8 @@
 """The transformers engine: shapes, stop/length, seeds, logprobs, weight updates."""
 
+import math
+
+import pytest
 import torch
 
 from rlvr.algorithm.packing import SequenceToPack, pack_sequences
@@ -91,3 +94,14 @@ def test_top_p_keeps_only_the_nucleus():
     assert seen == {0, 1}  # 0.5 + 0.3 reaches 0.7: tokens 2 and 3 are never drawn
     tok, logp = sample_tokens(logits, 1.0, 1.0, gen)
     assert torch.isclose(logp, torch.log(torch.tensor([0.5, 0.3, 0.15, 0.05]))[tok])
+
+
+def test_top_p_logprobs_are_over_the_nucleus_it_sampled_from():
+    # Nucleus {0.5, 0.3} at top_p 0.7, renormalised: token 0 has 0.5 / 0.8 = 0.625, token 1
+    # 0.375 (vLLM's convention). Before, the engine reported log 0.5 / log 0.3.
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(20):
+        tok, logp = sample_tokens(logits, 1.0, 0.7, gen)
+        expected = {0: 0.625, 1: 0.375}[int(tok)]
+        assert float(logp) == pytest.approx(math.log(expected), abs=1e-6)

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from rlvr.algorithm.packing import SequenceToPack, pack_sequences
-from rlvr.config import RolloutConfig
+from rlvr.rollout.base import EngineSettings
 from rlvr.learner.forward import forward_logprobs
 from rlvr.rollout.vllm_engine import INSTALL_HINT, vllm_available
 from rlvr.types import SamplingParams
@@ -22,7 +22,7 @@ def engine(tiny_model_dir, tiny_tokenizer):
     from rlvr.rollout import create_engine
 
     # Small KV cache and context: the defaults are sized for real models.
-    cfg = RolloutConfig(engine="vllm", vllm_kv_cache_gb=0.05, vllm_max_model_len=256)
+    cfg = EngineSettings(vllm_kv_cache_gb=0.05, vllm_max_model_len=256)
     eng = create_engine("vllm", tiny_model_dir, cfg, (tiny_tokenizer.eos_token_id,),
                         tiny_tokenizer.pad_token_id)
     yield eng
@@ -118,3 +118,34 @@ def test_tiny_config_trains_with_vllm_and_async_generation(tmp_path):
         assert "debug/engine_vs_local_logprob_diff_mean" in r
     assert steps[0]["debug/engine_vs_local_logprob_diff_mean"] < 1e-4
     assert "eval/scores" in rows[-1] and (out / "final" / "model.safetensors").exists()
+
+
+def test_both_engines_report_logprobs_over_the_top_p_nucleus(engine, tiny_model, tiny_tokenizer):
+    # One convention: the logprob of the sampled token under the truncated, renormalised
+    # distribution. Score vLLM's samples with the transformers engine's sampler on the same
+    # logits: the learner's full-distribution logprob plus -log(nucleus mass). Before, the
+    # transformers engine reported the full-distribution value (+0.69 nats off at top_p=0.5).
+    from rlvr.rollout.transformers_engine import sample_tokens
+
+    # The module's engine may hold weights an earlier test pushed: give it this model's.
+    engine.update_weights(tiny_model.state_dict().items(), version=0)
+    groups = engine.generate(PROMPTS, SamplingParams(n=2, temperature=1.0, top_p=0.5,
+                                                     max_tokens=6, seed=3))
+    for prompt, group in zip(PROMPTS, groups):
+        for c in group:
+            ids = torch.tensor([prompt + c.token_ids_T])
+            with torch.no_grad():
+                logits_TV = tiny_model(input_ids=ids).logits[0, len(prompt) - 1:-1].float()
+            for t, tok in enumerate(c.token_ids_T):
+                # the same nucleus as sample_tokens builds, evaluated for token `tok`
+                logp_V = torch.log_softmax(logits_TV[t], -1)
+                p_V = logp_V.exp()
+                order = p_V.sort(descending=True)
+                kept = (order.values.cumsum(0) - order.values) < 0.5
+                mass = order.values[kept].sum()
+                expected = float(logp_V[tok] - torch.log(mass))
+                assert c.logprobs_T[t] == pytest.approx(expected, abs=1e-4)
+    # and the transformers engine's own sampler reports the same quantity
+    logits = torch.log(torch.tensor([[0.6, 0.3, 0.1]]))
+    tok, logp = sample_tokens(logits, 1.0, 0.5, torch.Generator().manual_seed(0))
+    assert int(tok) == 0 and float(logp) == pytest.approx(0.0, abs=1e-6)

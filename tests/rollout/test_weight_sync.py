@@ -9,8 +9,7 @@ import torch
 
 from rlvr.algorithm.packing import SequenceToPack, pack_sequences
 from rlvr.learner.forward import forward_logprobs
-from rlvr.rollout.weight_sync import (BroadcastReceiver, BroadcastTransport, LocalTransport,
-                                     layout_of)
+from rlvr.rollout.weight_sync import BroadcastReceiver, BroadcastTransport, layout_of
 from rlvr.types import SamplingParams
 
 PROMPTS = [[1, 90, 91, 92, 2, 1, 70], [1, 80, 81, 2, 1, 70, 71, 72, 73]]
@@ -109,7 +108,7 @@ def test_local_transport_loads_weights_into_the_engine(tiny_model, tiny_tokenize
     engine = TransformersEngine(load_causal_lm(tiny_model_dir), tiny_tokenizer,
                                 (tiny_tokenizer.eos_token_id,), tiny_tokenizer.pad_token_id)
     _perturb_(tiny_model, seed=7)
-    LocalTransport(engine).push(tiny_model.state_dict().items(), version=5)
+    engine.update_weights(tiny_model.state_dict().items(), version=5)  # the in-process path
     groups = [[(c.token_ids_T, c.logprobs_T, c.model_version) for c in g]
               for g in engine.generate(PROMPTS, PARAMS)]
     assert {v for g in groups for (_, _, v) in g} == {5}

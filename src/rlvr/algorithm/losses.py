@@ -60,25 +60,41 @@ class LossOutputs:
     loss: torch.Tensor  # scalar with grad
     sums: dict[str, float]  # detached sums over response tokens
 
-    def metric_sums(self) -> dict[str, float]:
-        return self.sums
-
 
 PolicyLossFn = Callable[[LossInputs, LossParams], TokenTerms]
-POLICY_LOSSES: Registry[PolicyLossFn] = Registry("loss_fn")
-# What each loss's denominator counts: response tokens, or sequences (per-sequence means).
-LOSS_NORMALIZATION_UNITS: dict[str, str] = {}
+_UNITS = ("token", "sequence")  # what a denominator can count
+
+
+@dataclass(frozen=True)
+class RegisteredLoss:
+    """A `POLICY_LOSSES` entry: a loss's per-token terms (it is called like them) and what its
+    denominator counts: response tokens, or sequences (per-sequence means)."""
+
+    terms: PolicyLossFn
+    per: str = "token"
+
+    def __call__(self, inputs: LossInputs, params: LossParams) -> TokenTerms:
+        return self.terms(inputs, params)
+
+
+POLICY_LOSSES: Registry[RegisteredLoss] = Registry("loss_fn")
 
 
 def register_policy_loss(name: str, per: str = "token") -> Callable[[PolicyLossFn], PolicyLossFn]:
-    LOSS_NORMALIZATION_UNITS[name] = per
-    return POLICY_LOSSES.register(name)
+    """Decorator: make a token-terms function the loss `name`, its denominator counting `per`."""
+    if per not in _UNITS:
+        raise ValueError(f"loss_fn '{name}': per={per!r} is not one of {_UNITS}")
+
+    def register(terms: PolicyLossFn) -> PolicyLossFn:
+        POLICY_LOSSES.add(name, RegisteredLoss(terms, per), defined_by=terms)
+        return terms
+
+    return register
 
 
 def normalization_unit(name: str) -> str:
     """"token" or "sequence": what the caller's global count for `denominator` must count."""
-    POLICY_LOSSES.lookup(name)
-    return LOSS_NORMALIZATION_UNITS[name]
+    return POLICY_LOSSES.lookup(name).per
 
 
 def _log_ratio(inputs: LossInputs) -> torch.Tensor:
@@ -161,19 +177,24 @@ def compute_policy_loss(name: str, inputs: LossInputs, params: LossParams) -> Lo
         raise ValueError("beta > 0 needs reference logprobs")
     terms = loss_terms(inputs, params)
     zero_RL = torch.zeros_like(terms.pg_loss_RL)
-    total_RL = terms.pg_loss_RL
-    sums: dict[str, float] = {}
-    mask_RL = inputs.response_mask_RL
+    mask_RL = inputs.response_mask_RL  # every response token: the KL term and the loss's mask
+    keep_RL = mask_RL  # tokens whose policy-gradient term counts (masked IS may drop some)
+    pg_RL = terms.pg_loss_RL
+    sums: dict[str, float] = {"num_response_tokens": float(mask_RL.sum())}
     if params.rho is not None:
         if inputs.engine_logprobs_RL is None:
             raise ValueError("rho correction needs the engine's logprobs")
         rho = rho_correction(inputs.old_logprobs_RL, inputs.engine_logprobs_RL, mask_RL,
                              inputs.sequence_ids_RL, params.rho)
-        total_RL = total_RL * rho.weight_RL
+        pg_RL = pg_RL * rho.weight_RL
+        keep_RL = rho.keep_RL
         sums.update(_rho_sums(rho, mask_RL))
-        mask_RL = rho.keep_RL  # masked importance sampling drops these tokens entirely
+    total_RL = torch.where(keep_RL, pg_RL, zero_RL)
     if inputs.ref_logprobs_RL is not None:
-        kls = all_kl_estimates(inputs.new_logprobs_RL, inputs.ref_logprobs_RL)
+        # With grad: estimator 3 weights d by the ratio to the sampling policy, and its
+        # gradient flows through both (open-instruct).
+        ratio_RL = torch.exp(_log_ratio(inputs))
+        kls = all_kl_estimates(inputs.new_logprobs_RL, inputs.ref_logprobs_RL, ratio_RL)
         for k, kl_RL in kls.items():
             sums[f"kl{k}_sum"] = float(torch.where(mask_RL, kl_RL.detach(), zero_RL).sum())
         if params.beta > 0:
@@ -182,14 +203,15 @@ def compute_policy_loss(name: str, inputs: LossInputs, params: LossParams) -> Lo
     if terms.weight_RL is not None:
         total_RL = total_RL * terms.weight_RL
     loss = torch.where(mask_RL, total_RL, zero_RL).sum() / params.denominator
-    ratio_RL = torch.where(mask_RL, terms.ratio_RL, zero_RL)
+    # Policy metrics average over the tokens whose policy term was summed (`num_tokens`).
+    ratio_RL = torch.where(keep_RL, terms.ratio_RL, zero_RL)
     sums.update({
-        "policy_loss_sum": float(torch.where(mask_RL, terms.pg_loss_RL.detach(), zero_RL).sum()),
-        "clipped_lower_count": float((terms.clipped_lower_RL & mask_RL).sum()),
-        "clipped_upper_count": float((terms.clipped_upper_RL & mask_RL).sum()),
+        "policy_loss_sum": float(torch.where(keep_RL, terms.pg_loss_RL.detach(), zero_RL).sum()),
+        "clipped_lower_count": float((terms.clipped_lower_RL & keep_RL).sum()),
+        "clipped_upper_count": float((terms.clipped_upper_RL & keep_RL).sum()),
         "ratio_sum": float(ratio_RL.sum()),
         "ratio_sq_sum": float(ratio_RL.square().sum()),
-        "num_tokens": float(mask_RL.sum()),
+        "num_tokens": float(keep_RL.sum()),
     })
     return LossOutputs(loss=loss, sums=sums)
 
@@ -203,13 +225,21 @@ def _rho_sums(rho: RhoResult, mask_RL: torch.Tensor) -> dict[str, float]:
             "rho_masked_count": float((mask_RL & ~rho.keep_RL).sum())}
 
 
-def summarize_loss_metrics(sums: dict[str, float], num_tokens: float) -> dict[str, float]:
-    """Token-weighted averages from summed loss metrics (of one or many micro-batches)."""
-    n = max(num_tokens, 1.0)
-    ratio_mean = sums.get("ratio_sum", 0.0) / n
-    policy = sums.get("policy_loss_sum", 0.0) / n
-    kl_loss = sums.get("kl_loss_sum", 0.0) / n
-    lower, upper = sums.get("clipped_lower_count", 0.0) / n, sums.get("clipped_upper_count", 0.0) / n
+def summarize_loss_metrics(sums: dict[str, float]) -> dict[str, float]:
+    """Token-weighted averages from summed loss metrics (of one or many micro-batches or ranks).
+
+    Each average divides by the tokens its sum ran over: policy terms (loss, ratio, clip
+    fractions) by the tokens that kept their policy-gradient term (`num_tokens`), the KL and
+    rho figures by every response token (`num_response_tokens`). With masked importance
+    sampling the two differ; dividing a kept-token sum by all tokens would dilute it.
+    """
+    kept = max(sums.get("num_tokens", 0.0), 1.0)
+    every = max(sums.get("num_response_tokens", 0.0), 1.0)
+    ratio_mean = sums.get("ratio_sum", 0.0) / kept
+    policy = sums.get("policy_loss_sum", 0.0) / kept
+    kl_loss = sums.get("kl_loss_sum", 0.0) / every
+    lower = sums.get("clipped_lower_count", 0.0) / kept
+    upper = sums.get("clipped_upper_count", 0.0) / kept
     metrics = {
         "loss/policy_avg": policy,
         "loss/kl_avg": kl_loss,
@@ -218,15 +248,15 @@ def summarize_loss_metrics(sums: dict[str, float], num_tokens: float) -> dict[st
         "policy/clipfrac_lower": lower,
         "policy/clipfrac_upper": upper,
         "val/ratio": ratio_mean,
-        "val/ratio_var": max(sums.get("ratio_sq_sum", 0.0) / n - ratio_mean ** 2, 0.0),
+        "val/ratio_var": max(sums.get("ratio_sq_sum", 0.0) / kept - ratio_mean ** 2, 0.0),
     }
     for k in range(4):
         if f"kl{k}_sum" in sums:
-            metrics[f"objective/kl{k}_avg"] = sums[f"kl{k}_sum"] / n
+            metrics[f"objective/kl{k}_avg"] = sums[f"kl{k}_sum"] / every
     if "rho_sum" in sums:
-        metrics.update({"val/rho_mean": sums["rho_sum"] / n, "val/rho_max": sums["rho_max"],
+        metrics.update({"val/rho_mean": sums["rho_sum"] / every, "val/rho_max": sums["rho_max"],
                         "val/rho_min": sums["rho_min"],
-                        "val/rho_masked_frac": sums["rho_masked_count"] / n})
+                        "val/rho_masked_frac": sums["rho_masked_count"] / every})
     return metrics
 
 

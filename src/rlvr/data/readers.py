@@ -116,10 +116,10 @@ def row_to_example(row: Any, src: DataSourceConfig, source: str, index: int) -> 
 
 
 def _check_ground_truth(example: Example, src: DataSourceConfig, where: tuple[str, int]) -> None:
-    from rlvr.rewards.registry import GROUND_TRUTH_CHECKS
+    from rlvr.rewards.registry import ground_truth_check
 
     for name in example.verifiers:
-        check = GROUND_TRUTH_CHECKS.get(name)
+        check = ground_truth_check(name)
         if check is None:
             continue
         try:

@@ -8,7 +8,7 @@ steers; generation, verification and training each run in their own processes.
 `DataPrepActor` is the driver's handle with the `EpisodeSource` surface (`produce`,
 `mixer_state`, `load_mixer_state`), so the training loop and the async producer use it as they
 use a local source. Its failure (a raise, or the actor's death) surfaces as `DataPrepError`
-with the actor's traceback.
+with the actor's traceback (`actor_calls.ActorGroup`, a group of one), and stops the actor.
 """
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ from __future__ import annotations
 from typing import Any
 
 from rlvr.data.mixer import PromptMixer
+from rlvr.distributed.actor_calls import ActorGroup
 from rlvr.distributed.engine_group import EngineGroup
-from rlvr.episode_source import EpisodeSource, SourceSettings
-from rlvr.episodes import Episodes
+from rlvr.producer.source import EpisodeSource, SourceSettings
+from rlvr.producer.groups import Episodes
 from rlvr.rewards.scorer import RewardScorer
 
 
@@ -58,9 +59,11 @@ class DataPrepActor:
 
         # No CPU reserved: it waits on engines most of the time, and its reward workers are
         # processes the OS schedules like any other.
-        self._actor = ray.remote(DataPrepWorker).options(
+        actor = ray.remote(DataPrepWorker).options(
             num_cpus=0, max_concurrency=2, max_restarts=0,
         ).remote(mixer, engines.actors, engines.timeout_s, settings, scorer_args)
+        self._group = ActorGroup([actor], "data-preparation actor", "data-preparation actor",
+                                 DataPrepError)
         self._call("ready", (), "start", timeout_s)
 
     def produce(self, step: int) -> tuple[Episodes, dict[str, float]]:
@@ -73,27 +76,8 @@ class DataPrepActor:
         self._call("load_mixer_state", (state,), "restoring the mixer state")
 
     def close(self) -> None:
-        import ray
-
-        if self._actor is None:
-            return
-        try:
-            ray.get(self._actor.close.remote(), timeout=30)
-        except Exception:  # noqa: BLE001  stopping anyway; the run's own error matters more
-            pass
-        ray.kill(self._actor, no_restart=True)
-        self._actor = None
+        self._group.close("close", timeout_s=30)
 
     def _call(self, method: str, args: tuple, what: str,
               timeout_s: float | None = None) -> Any:
-        import ray
-
-        if self._actor is None:
-            raise DataPrepError(f"the data-preparation actor is closed ({what})")
-        try:
-            return ray.get(getattr(self._actor, method).remote(*args), timeout=timeout_s)
-        except Exception as e:  # noqa: BLE001  RayTaskError carries the actor's traceback
-            actor, self._actor = self._actor, None
-            ray.kill(actor, no_restart=True)
-            raise DataPrepError(f"the data-preparation actor failed {what}: "
-                                f"{type(e).__name__}: {e}") from None
+        return self._group.call(method, [args], what, timeout_s)[0]

@@ -18,8 +18,8 @@ import threading
 
 import torch
 
-from rlvr.config import RolloutConfig
 from rlvr.rollout import create_engine
+from rlvr.rollout.base import EngineSettings
 from rlvr.rollout.weight_sync import BroadcastReceiver
 from rlvr.types import Completion, SamplingParams
 
@@ -27,7 +27,7 @@ Endpoint = tuple[str, int]  # (host, port) of the sender's rendezvous
 
 
 class EngineWorker:
-    def __init__(self, engine_name: str, model_dir: str, cfg: RolloutConfig,
+    def __init__(self, engine_name: str, model_dir: str, cfg: EngineSettings,
                  eos_token_ids: tuple[int, ...], pad_token_id: int, num_threads: int = 0):
         if num_threads > 0:  # vLLM sets its own OpenMP threads; this is for torch engines
             torch.set_num_threads(num_threads)

@@ -5,10 +5,11 @@ per-rank `UpdateResult`s into one that reads like a single process's. Two backen
 - "local": one `LearnerWorker` in this process, no Ray (the embedded default, one learner).
 - "ray": one Ray actor per rank, placed by a placement group, joined in one gloo group.
 
-Failures are loud and bounded in time. A rank that raises, or whose process dies, fails the
-call: the driver waits briefly for the other ranks' errors (a dead peer makes them raise within
-the collective timeout), kills every actor and raises `LearnerGroupError` naming each rank and
-its traceback. After that the group refuses further calls; the run should stop.
+Failures are loud and bounded in time (`actor_calls.ActorGroup`, with the ranks as collective
+peers). A rank that raises, or whose process dies, fails the call: the driver waits briefly for
+the other ranks' errors (a dead peer makes them raise within the collective timeout), kills
+every actor and raises `LearnerGroupError` naming each rank and its traceback. After that the
+group refuses further calls; the run should stop.
 
 Not here: Ray for engines or data, the config (the trainer builds a `LearnerSpec`), the loss
 denominator (the caller's global count, passed in `LossParams`).
@@ -24,6 +25,7 @@ from typing import Any, Iterator
 import torch
 
 from rlvr.algorithm.losses import LossParams
+from rlvr.distributed.actor_calls import ActorGroup
 from rlvr.distributed.balance import split_batch_for_ranks
 from rlvr.distributed.learner_worker import LearnerSpec, LearnerWorker
 from rlvr.distributed.ray_session import ensure_ray, thread_env
@@ -34,8 +36,6 @@ from rlvr.types import PackedBatch
 log = logging.getLogger(__name__)
 
 BACKENDS = ("local", "ray")
-# After the first rank's error, how long to collect the others' before reporting.
-_ERROR_GRACE_S = 5.0
 
 
 class LearnerGroupError(RuntimeError):
@@ -82,13 +82,13 @@ class LearnerGroup:
         if sum(self.learners_per_node) != num_learners:
             raise ValueError(f"learners_per_node={self.learners_per_node} does not add up to "
                              f"{num_learners} learners")
-        self._failure: str | None = None
         self._placement_group = None
         self.rank_nodes: list[str] = ["local"] * num_learners  # the Ray node of each rank
-        self._workers: list[Any] = []
+        self._local: LearnerWorker | None = None  # the local backend's one rank
+        self._actors: ActorGroup | None = None  # the Ray backend's ranks
         if backend == "local":
-            self._workers = [worker_cls(spec, 0, 1)]
-            self._workers[0].setup(None)
+            self._local = worker_cls(spec, 0, 1)
+            self._local.setup(None)
         else:
             self._start_ray_workers(ray_address, cpus_per_learner, worker_cls)
 
@@ -105,6 +105,9 @@ class LearnerGroup:
             (part, loss_name, loss_params, split.num_micro_batches, num_epochs, temperature)
             for part in split.parts])
         return combine_results(results, seconds=time.perf_counter() - start)
+
+    def skip_update(self, num_epochs: int) -> None:
+        self._call("skip_update", [(num_epochs,)] * self.num_learners)
 
     def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
         """The policy's full weights, gathered on rank 0 and brought to the driver."""
@@ -136,12 +139,12 @@ class LearnerGroup:
     def close(self) -> None:
         """Stop every rank. Safe to call twice and after a failure. A Ray session stays up
         (engines may share it): `ray.shutdown()` is the caller's."""
-        if self.backend == "local":
-            for w in self._workers:
-                w.shutdown()
-        else:
-            self._kill_ray_workers()
-        self._workers = []
+        if self._local is not None:
+            self._local.shutdown()
+            self._local = None
+        if self._actors is not None:
+            self._actors.kill()
+        self._remove_placement_group()  # in case placement failed before any actor started
 
     def __enter__(self) -> "LearnerGroup":
         return self
@@ -153,62 +156,12 @@ class LearnerGroup:
 
     def _call(self, method: str, args_per_rank: list[tuple | None]) -> list[Any]:
         """`method` on every rank with its arguments; None skips a rank (not for collectives)."""
-        if self._failure is not None:
-            raise LearnerGroupError(f"the learner group failed earlier: {self._failure}")
-        if not self._workers:
+        if self._actors is not None:
+            return self._actors.call(method, args_per_rank)
+        if self._local is None:
             raise LearnerGroupError("the learner group is closed")
-        calls = [(w, a) for w, a in zip(self._workers, args_per_rank) if a is not None]
-        if self.backend == "local":
-            return [getattr(w, method)(*a) for w, a in calls]
-        return self._wait_ray([getattr(w, method).remote(*a) for w, a in calls], method)
-
-    def _wait_ray(self, refs: list, what: str) -> list[Any]:
-        """Every rank's return value, or LearnerGroupError at the first failure. Waits without
-        a deadline while all ranks run (an update may legitimately take long; a rank stuck in
-        a collective raises after the timeout); once one rank has finished, the others only
-        have local work left, so they get one collective timeout more."""
-        import ray
-
-        pending, done_at = list(refs), None
-        while pending:
-            timeout = (None if done_at is None
-                       else max(0.0, self.spec.timeout_s - (time.monotonic() - done_at)))
-            ready, pending = ray.wait(pending, num_returns=1, timeout=timeout)
-            if not ready:
-                late = f"did not finish within {self.spec.timeout_s:.0f} s of the first rank"
-                self._fail(what, {refs.index(r): (False, late) for r in pending})
-            try:
-                ray.get(ready[0])
-            except Exception:  # noqa: BLE001 - reported with every other rank's error below
-                self._fail(what, self._collect_errors(refs))
-            done_at = done_at or time.monotonic()
-        return ray.get(refs)
-
-    def _collect_errors(self, refs: list) -> dict[int, tuple[bool, str]]:
-        """Each failed rank: (its process died, the error text). A RayTaskError carries the
-        rank's own traceback."""
-        import ray
-
-        ray.wait(refs, num_returns=len(refs), timeout=_ERROR_GRACE_S)
-        errors = {}
-        for rank, ref in enumerate(refs):
-            try:
-                ray.get(ref, timeout=0)
-            except ray.exceptions.GetTimeoutError:
-                errors[rank] = (False, "still running when the group was stopped")
-            except Exception as e:  # noqa: BLE001
-                died = isinstance(e, ray.exceptions.RayActorError)
-                errors[rank] = (died, f"{type(e).__name__}: {e}")
-        return errors
-
-    def _fail(self, what: str, errors: dict[int, tuple[bool, str]]) -> None:
-        # A dead process is the cause; its peers' errors ("connection closed") are symptoms.
-        order = sorted(errors, key=lambda rank: (not errors[rank][0], rank))
-        report = "\n".join(f"--- learner rank {r}: {errors[r][1]}" for r in order)
-        self._failure = f"{what} failed on learner rank(s) {order}"
-        log.error("%s; stopping every learner", self._failure)
-        self._kill_ray_workers()
-        raise LearnerGroupError(f"{self._failure}; the group was stopped.\n{report}")
+        return [getattr(self._local, method)(*args) for args in args_per_rank
+                if args is not None]
 
     # ---- Ray plumbing --------------------------------------------------------------------
 
@@ -227,14 +180,14 @@ class LearnerGroup:
         try:
             ray.get(pg.ready(), timeout=self.spec.timeout_s)
         except ray.exceptions.GetTimeoutError:
-            self._kill_ray_workers()
+            self._remove_placement_group()
             raise LearnerGroupError(
                 f"Ray could not place learners {per_node} per node ({cpus} CPU each) within "
                 f"{self.spec.timeout_s:.0f} s; cluster resources: {ray.cluster_resources()}, "
                 f"nodes alive: {sum(1 for n in ray.nodes() if n.get('Alive'))}")
         bundle_of_rank = [node for node, n in enumerate(per_node) for _ in range(n)]
         actor_cls = ray.remote(worker_cls)
-        self._workers = [
+        workers = [
             actor_cls.options(
                 num_cpus=cpus, max_restarts=0, name=None,
                 runtime_env=thread_env(self.spec.num_threads),
@@ -242,18 +195,20 @@ class LearnerGroup:
                     pg, placement_group_bundle_index=bundle_of_rank[rank]),
             ).remote(self.spec, rank, self.num_learners)
             for rank in range(self.num_learners)]
-        address = self._wait_ray([self._workers[0].rendezvous_address.remote()], "start")[0]
+        # Once one rank has finished a call, the others get one collective timeout more.
+        self._actors = ActorGroup(workers, "learner group", "learner rank", LearnerGroupError,
+                                  peers_timeout_s=self.spec.timeout_s,
+                                  on_kill=self._remove_placement_group)
+        address = self._actors.call("rendezvous_address",
+                                    [()] + [None] * (self.num_learners - 1), "start")[0]
         self._call("setup", [(address,)] * self.num_learners)
         self.rank_nodes = self._call("node_id", [()] * self.num_learners)
         log.info("learner ranks on Ray nodes: %s",
                  ", ".join(f"{rank}:{node[:8]}" for rank, node in enumerate(self.rank_nodes)))
 
-    def _kill_ray_workers(self) -> None:
+    def _remove_placement_group(self) -> None:
         import ray
 
-        for w in self._workers:
-            ray.kill(w, no_restart=True)
-        self._workers = []
         if self._placement_group is not None:
             ray.util.remove_placement_group(self._placement_group)
             self._placement_group = None

@@ -17,18 +17,16 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
-                                                     get_optimizer_state_dict,
-                                                     set_model_state_dict,
-                                                     set_optimizer_state_dict)
+from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
 from rlvr.algorithm.losses import LossParams, PolicyLoss
 from rlvr.distributed.ray_session import free_endpoint
 from rlvr.distributed.sharding import (ShardingMode, gather_full_state_dict, reshard,
                                        shard_policy, sharded_forward_logprobs)
 from rlvr.distributed.world import DEFAULT_TIMEOUT_S, World, destroy_world, init_world
-from rlvr.learner import Learner, LearnerSettings, UpdateResult
-from rlvr.learner.learner import LossFn
+from rlvr.learner import Learner, LearnerSettings, LearnerState, UpdateResult
+from rlvr.learner.forward import check_logit_path
+from rlvr.learner.learner import LossFn, load_optimizer_state_by_name
 from rlvr.models import load_causal_lm
 from rlvr.rollout.weight_sync import BroadcastTransport, layout_of
 from rlvr.types import PackedBatch
@@ -84,6 +82,7 @@ class LearnerWorker:
             self.world = init_world(self.rank, self.world_size, init_method,
                                     timeout_s=spec.timeout_s)
         policy = load_causal_lm(spec.model_dir, spec.dtype)
+        check_logit_path(policy)  # the driver checked its copy; this rank may load another dtype
         # Copied before sharding: FSDP2 rewrites the module in place, and each copy needs its
         # own sharded parameters.
         reference = Learner.frozen_copy(policy) if spec.with_reference else None
@@ -111,6 +110,10 @@ class LearnerWorker:
                              "step (split batches with rlvr.distributed.balance)")
         return self._learner().update(batch_part, self.loss_fn(loss_name, loss_params),
                                       num_micro_batches, num_epochs, temperature)
+
+    def skip_update(self, num_epochs: int) -> None:
+        """A step without a batch: every rank moves its schedule alike (`Learner.skip_update`)."""
+        self._learner().skip_update(num_epochs)
 
     def named_full_weights(self) -> dict[str, torch.Tensor] | None:
         """The policy's full weights on rank 0 (None elsewhere). A collective."""
@@ -141,35 +144,29 @@ class LearnerWorker:
             reshard(learner.reference)
         learner.update_reference(alpha)
 
-    def state_dict(self) -> dict[str, Any] | None:
-        """Full policy, reference, optimizer and scheduler state on rank 0 (None elsewhere),
-        keyed by parameter name. A collective."""
-        learner = self._learner()
-        opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
-        state = {
-            "policy": get_model_state_dict(learner.policy, options=opts),
-            "reference": (get_model_state_dict(learner.reference, options=opts)
-                          if learner.reference is not None else None),
-            "optimizer": get_optimizer_state_dict(learner.policy, learner.optimizer,
-                                                  options=opts),
-            "scheduler": learner.scheduler.state_dict(),
-        }
+    def state_dict(self) -> LearnerState | None:
+        """`Learner.training_state` (keyed by parameter name, the format of one process) on
+        rank 0, None elsewhere. A collective."""
+        state = self._learner().training_state()
         return state if self.rank == 0 else None
 
-    def load_state_dict(self, state: dict[str, Any] | None) -> None:
-        """Restore what `state_dict` returned: rank 0 passes it, the others pass None (rank 0
-        broadcasts). A collective."""
+    def load_state_dict(self, state: LearnerState | None) -> None:
+        """Restore a `LearnerState` from any learner: rank 0 passes it, the others pass None
+        (rank 0 broadcasts). A collective."""
         learner = self._learner()
         opts = StateDictOptions(full_state_dict=True, broadcast_from_rank0=self.world_size > 1)
         mine = state if self.rank == 0 else None
+        # Every rank steps its own scheduler, and must know whether the optimizer had stepped:
+        # a few numbers, sent to all ranks.
+        scheduler, fresh = self._broadcast_object(
+            (mine["scheduler"], not mine["optimizer"]["state"]) if mine else None)
+        # The optimizer before the weights, as in `Learner.load_training_state`.
+        load_optimizer_state_by_name(learner.policy, learner.optimizer,
+                                     mine["optimizer"] if mine else {}, opts, fresh)
         set_model_state_dict(learner.policy, mine["policy"] if mine else {}, options=opts)
         if learner.reference is not None:
             set_model_state_dict(learner.reference, mine["reference"] if mine else {},
                                  options=opts)
-        set_optimizer_state_dict(learner.policy, learner.optimizer,
-                                 mine["optimizer"] if mine else {}, options=opts)
-        # Every rank steps its own scheduler: it is a few numbers, sent to all ranks.
-        scheduler = self._broadcast_object(mine["scheduler"] if mine else None)
         learner.scheduler.load_state_dict(scheduler)
 
     def shutdown(self) -> None:

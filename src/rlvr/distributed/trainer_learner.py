@@ -1,4 +1,4 @@
-"""The trainer's view of a `LearnerGroup`: the surface of `Learner` the training loop uses.
+"""The trainer's view of a `LearnerGroup`: `rlvr.learner.LearnerProtocol`, as `Learner` is.
 
 The loop calls `update(batch, loss, ...)` with a `PolicyLoss` (picklable, so it travels to the
 ranks as its name and parameters), syncs engines after each update, and saves checkpoints from
@@ -10,19 +10,20 @@ update it has not seen, so checkpoints cost a gather only when one is saved, and
 and the engines always hold the same weights.
 
 `training_state` / `load_training_state` carry the exact-resume state of every rank through
-rank 0 (optimizer state keyed by parameter name), like `Learner`'s.
+rank 0, in `Learner`'s format (`LearnerState`, keyed by parameter name): a state saved by either
+learner resumes in the other, on any number of ranks.
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Iterator
 
 import torch
 
 from rlvr.algorithm.losses import PolicyLoss
 from rlvr.distributed.engine_group import EngineGroup
 from rlvr.distributed.learner_group import LearnerGroup
-from rlvr.learner import UpdateResult
+from rlvr.learner import LearnerState, UpdateResult
 from rlvr.types import PackedBatch
 
 
@@ -44,6 +45,9 @@ class GroupLearner:
         return self.group.update(batch, loss.name, loss.params, num_micro_batches, num_epochs,
                                  temperature)
 
+    def skip_update(self, num_epochs: int) -> None:
+        self.group.skip_update(num_epochs)
+
     def update_reference(self, alpha: float) -> None:
         self.group.update_reference(alpha)
 
@@ -57,12 +61,12 @@ class GroupLearner:
         self._policy_stale = False
         return iter(weights.items())
 
-    def training_state(self) -> dict[str, Any]:
+    def training_state(self) -> LearnerState:
         """Policy, reference, optimizer (keyed by parameter name) and scheduler, gathered on
-        rank 0: restorable into a group of any size."""
+        rank 0: restorable into a group of any size, or a `Learner`."""
         return self.group.state_dict()
 
-    def load_training_state(self, state: dict[str, Any]) -> None:
+    def load_training_state(self, state: LearnerState) -> None:
         self.group.load_state_dict(state)
         self._policy_stale = True
 
@@ -76,4 +80,5 @@ class GroupLearner:
             lambda: self.group.push_weights(version, endpoint, engines.num_engines))
 
     def close(self) -> None:
+        """Stop every rank (safe to call twice)."""
         self.group.close()

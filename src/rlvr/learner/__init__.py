@@ -2,5 +2,7 @@
 
 from rlvr.learner.learner import Learner, LearnerSettings, UpdateResult
 from rlvr.learner.forward import forward_logprobs, packed_attention_mask
+from rlvr.learner.protocol import LearnerProtocol, LearnerState
 
-__all__ = ["Learner", "LearnerSettings", "UpdateResult", "forward_logprobs", "packed_attention_mask"]
+__all__ = ["Learner", "LearnerProtocol", "LearnerSettings", "LearnerState", "UpdateResult",
+           "forward_logprobs", "packed_attention_mask"]

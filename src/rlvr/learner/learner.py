@@ -5,6 +5,10 @@ and normaliser) and a packed batch; the learner runs forward passes, accumulates
 micro-batches, clips, and steps. It does not know which loss it runs, nor about rewards.
 It runs unchanged on one rank of a sharded policy (`rlvr.distributed`): that caller passes the
 sharded forward function, and gradient clipping handles DTensor parameters.
+
+Its training state is keyed by parameter name (`rlvr.learner.protocol.LearnerState`), built with
+`torch.distributed.checkpoint`'s full state dicts: those read a plain module without any process
+group and gather a sharded one, so one process and any number of ranks share one format.
 """
 
 from __future__ import annotations
@@ -13,23 +17,35 @@ import contextlib
 import copy
 import math
 import time
+import warnings
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import torch
+from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
+                                                     get_optimizer_state_dict,
+                                                     set_model_state_dict,
+                                                     set_optimizer_state_dict)
 from torch.distributed.tensor import DTensor
 
 from rlvr.algorithm.losses import LossInputs, LossOutputs
 from rlvr.algorithm.packing import split_rows
 from rlvr.algorithm.polyak import polyak_update_
+from rlvr.learner.dropout import disable_dropout
 from rlvr.learner.forward import forward_logprobs
 from rlvr.learner.schedule import build_scheduler
 from rlvr.types import PackedBatch
+
+if TYPE_CHECKING:  # the protocol module imports this one
+    from rlvr.learner.protocol import LearnerState
 
 LossFn = Callable[[LossInputs], LossOutputs]
 # (model, batch, temperature, with_entropy) -> (logprobs_RL, entropy_RL or None)
 ForwardFn = Callable[[torch.nn.Module, PackedBatch, float, bool],
                      tuple[torch.Tensor, torch.Tensor | None]]
+# Full (unsharded) state on CPU. On a sharded model every rank must ask (a collective) and rank 0
+# gets it, the others empty dicts; a plain module needs no process group.
+FULL_STATE = StateDictOptions(full_state_dict=True, cpu_offload=True)
 
 
 @dataclass(frozen=True)
@@ -88,11 +104,45 @@ def clip_grad_norm(parameters: list[torch.nn.Parameter], max_norm: float) -> flo
     return float(total_norm)
 
 
+def optimizer_state_by_name(model: torch.nn.Module,
+                            optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """The optimizer's full state keyed by parameter name (`get_optimizer_state_dict`).
+
+    An optimizer that has not stepped saves an empty `state` and stays untouched: DCP would give
+    it one zero-learning-rate step to have something to return, and that step count of 1 would
+    change the bias correction of the first real step, so saving would change the run."""
+    fresh = not optimizer.state
+    state = get_optimizer_state_dict(model, optimizer, options=FULL_STATE)
+    if fresh:
+        optimizer.state.clear()
+        if state:  # rank 0 (the other ranks of a sharded model hold {})
+            state["state"] = {}
+    return state
+
+
+def load_optimizer_state_by_name(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                                 state: dict[str, Any], options: StateDictOptions,
+                                 fresh: bool) -> None:
+    """Restore what `optimizer_state_by_name` returned. `fresh`: its `state` is empty (saved
+    before the first step); every rank of a sharded model must pass the same value."""
+    if any(isinstance(name, int) for group in state.get("param_groups", [])
+           for name in group["params"]):
+        raise ValueError("the optimizer state is keyed by parameter index, as the local launcher "
+                         "wrote it before states were keyed by name; it cannot be restored")
+    set_optimizer_state_dict(model, optimizer, state, options=options)
+    if fresh:  # DCP stepped it once at zero learning rate to create state: fresh again
+        optimizer.state.clear()
+
+
 class Learner:
     def __init__(self, policy: torch.nn.Module, reference: torch.nn.Module | None,
                  settings: LearnerSettings, forward_fn: ForwardFn = forward_logprobs):
         """`forward_fn` computes a packed batch's logprobs under a model (policy or reference);
         a sharded policy needs the sharded variant."""
+        # Every pass over the same tokens must see the same function: no dropout noise.
+        disable_dropout(policy)
+        if reference is not None:
+            disable_dropout(reference)
         self.policy = policy.train()
         self.forward_fn = forward_fn
         self.reference = reference.eval().requires_grad_(False) if reference is not None else None
@@ -105,6 +155,17 @@ class Learner:
         self.scheduler = build_scheduler(settings.lr_scheduler_type, self.optimizer,
                                          settings.warm_up_steps, settings.total_optimizer_steps)
 
+    def skip_update(self, num_epochs: int) -> None:
+        """A training step without a batch (every group filtered): no optimizer step, but the
+        schedule moves as if one had run, so the learning rate is a function of the training
+        step as the schedule defines it (a linear decay still reaches 0 at the last step, and
+        warm-up is not stretched by empty steps)."""
+        with warnings.catch_warnings():
+            # torch warns when the scheduler steps before any optimizer step; here it is meant.
+            warnings.filterwarnings("ignore", message=".*lr_scheduler.step.*")
+            for _ in range(num_epochs):
+                self.scheduler.step()
+
     @staticmethod
     def frozen_copy(policy: torch.nn.Module) -> torch.nn.Module:
         return copy.deepcopy(policy).eval().requires_grad_(False)
@@ -115,19 +176,31 @@ class Learner:
             raise RuntimeError("no reference model is loaded")
         polyak_update_(list(self.reference.parameters()), list(self.policy.parameters()), alpha)
 
-    def training_state(self) -> dict[str, Any]:
-        """Policy, reference, optimizer and scheduler state for exact resume (live tensors:
-        save them before the next update)."""
-        return {"policy": self.policy.state_dict(),
-                "reference": self.reference.state_dict() if self.reference is not None else None,
-                "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
+    def training_state(self) -> LearnerState:
+        """Policy, reference, optimizer and scheduler state for exact resume, keyed by parameter
+        name (`LearnerState`). A plain policy's tensors are the live ones: save them before the
+        next update. On a sharded policy, a collective: rank 0 gets the full state."""
+        reference = self.reference
+        return {"policy": get_model_state_dict(self.policy, options=FULL_STATE),
+                "reference": (get_model_state_dict(reference, options=FULL_STATE)
+                              if reference is not None else None),
+                "optimizer": optimizer_state_by_name(self.policy, self.optimizer),
+                "scheduler": self.scheduler.state_dict()}
 
-    def load_training_state(self, state: dict[str, Any]) -> None:
-        self.policy.load_state_dict(state["policy"])
+    def load_training_state(self, state: LearnerState) -> None:
+        """Restore a `LearnerState` saved by any learner: this class, or a `GroupLearner` of
+        any size. For one process (sharded ranks restore in `LearnerWorker.load_state_dict`)."""
+        options = StateDictOptions(full_state_dict=True)
+        # The optimizer before the weights: DCP may step it at zero learning rate first.
+        load_optimizer_state_by_name(self.policy, self.optimizer, state["optimizer"], options,
+                                     fresh=not state["optimizer"]["state"])
+        set_model_state_dict(self.policy, state["policy"], options=options)
         if self.reference is not None and state["reference"] is not None:
-            self.reference.load_state_dict(state["reference"])
-        self.optimizer.load_state_dict(state["optimizer"])
+            set_model_state_dict(self.reference, state["reference"], options=options)
         self.scheduler.load_state_dict(state["scheduler"])
+
+    def close(self) -> None:
+        """Nothing to release (the policy is this process's); the trainer closes any learner."""
 
     def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
         """Weights to send to an engine (detached views; no copy)."""
@@ -146,9 +219,10 @@ class Learner:
         with self._autocast():
             return self.forward_fn(self.reference, batch, temperature, False)[0].float()
 
-    def update(self, batch: PackedBatch, loss_fn: LossFn, num_micro_batches: int,
+    def update(self, batch: PackedBatch, loss: LossFn, num_micro_batches: int,
                num_epochs: int, temperature: float) -> UpdateResult:
         """`num_epochs` optimizer steps over `batch`, each accumulating `num_micro_batches` parts.
+        `loss` is any `LossInputs -> LossOutputs`; the trainer's is a `PolicyLoss`.
 
         Old logprobs are the policy's own before the first optimizer step: taken from the first
         epoch's forward pass (detached), which saves a separate no-grad pass.
@@ -170,15 +244,15 @@ class Learner:
                 new_RL = new_RL.float()
                 if epoch == 0:
                     old_logprobs.append(new_RL.detach())
-                out = loss_fn(LossInputs(new_logprobs_RL=new_RL, old_logprobs_RL=old_logprobs[i],
-                                         advantages_RL=mb.advantages_RL,
-                                         response_mask_RL=mb.response_mask_RL,
-                                         ref_logprobs_RL=ref_logprobs[i],
-                                         sequence_ids_RL=mb.sequence_index_RL,
-                                         engine_logprobs_RL=mb.engine_logprobs_RL))
+                out = loss(LossInputs(new_logprobs_RL=new_RL, old_logprobs_RL=old_logprobs[i],
+                                      advantages_RL=mb.advantages_RL,
+                                      response_mask_RL=mb.response_mask_RL,
+                                      ref_logprobs_RL=ref_logprobs[i],
+                                      sequence_ids_RL=mb.sequence_index_RL,
+                                      engine_logprobs_RL=mb.engine_logprobs_RL))
                 out.loss.backward()
                 if epoch == num_epochs - 1:
-                    accumulate_sums(sums, out.metric_sums())
+                    accumulate_sums(sums, out.sums)
                 if epoch == 0:
                     mask_RL = mb.response_mask_RL
                     entropy_sum += float(entropy_RL[mask_RL].sum())

@@ -16,10 +16,11 @@ from rlvr.rewards import code as _code  # noqa: F401  (registers code)
 from rlvr.rewards import ifeval as _ifeval  # noqa: F401  (registers ifeval and its constraints)
 from rlvr.rewards.format import format_reward_scores, has_r1_format, strip_thinking
 from rlvr.rewards.penalties import apply_non_stop_penalty, soft_overlong_penalty
-from rlvr.rewards.registry import (VERIFIERS, Verifier, get_verifier, is_known_verifier,
-                                   register_verifier)
+from rlvr.rewards.registry import (VERIFIERS, Verifier, get_verifier, ground_truth_check,
+                                   is_known_verifier, register_verifier)
 from rlvr.rewards.scorer import AGGREGATORS, RewardScorer, ScoreRequest
 
 __all__ = ["AGGREGATORS", "VERIFIERS", "RewardScorer", "ScoreRequest", "Verifier",
-           "apply_non_stop_penalty", "format_reward_scores", "get_verifier", "has_r1_format",
-           "is_known_verifier", "register_verifier", "soft_overlong_penalty", "strip_thinking"]
+           "apply_non_stop_penalty", "format_reward_scores", "get_verifier",
+           "ground_truth_check", "has_r1_format", "is_known_verifier", "register_verifier",
+           "soft_overlong_penalty", "strip_thinking"]

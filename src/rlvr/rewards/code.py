@@ -1,8 +1,10 @@
 """`code`: run the completion's Python against the row's tests in a sandboxed child process.
 
 The reward is the fraction of tests that pass. The code is the last ```python (or unlabelled)
-fenced block of the answer part (after `</think>`, see `format.strip_thinking`); a completion
-with none scores 0 at once, without starting a process.
+fenced block of the answer part (after `</think>`, see `format.strip_thinking`). An answer with no
+fence at all is taken whole, as open-instruct's CodeVerifier takes it: a model often answers with
+the bare function. Whatever is not Python (prose, an answer cut off inside its fence, a block in
+another language) scores 0 at once, without starting a process.
 
 Ground truth: JSON `{"tests": [str, ...], "entry_point": str, "timeout_s": float, "setup": str}`
 (only `tests` required), or a bare JSON list of test strings. `setup` runs before the code in the
@@ -67,11 +69,12 @@ import sys
 import tempfile
 import textwrap
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 from rlvr.rewards.format import strip_thinking
-from rlvr.rewards.registry import register_ground_truth_check, register_verifier
+from rlvr.rewards.registry import register_verifier
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +108,6 @@ class SandboxRun:
     output: str  # the first OUTPUT_BYTES of stdout and stderr, interleaved
 
 
-@register_ground_truth_check("code")
 def parse_code_task(ground_truth: str) -> CodeTask:
     """The ground truth as a CodeTask; ValueError naming the problem if it is unusable."""
     try:
@@ -135,16 +137,20 @@ def parse_code_task(ground_truth: str) -> CodeTask:
 
 
 def extract_code(completion: str) -> str | None:
-    """The last fenced ```python / ``` block of the answer part, or None.
+    """The program in the answer part: its last fenced ```python / ``` block; failing any fence,
+    the whole answer if it parses as Python; else None.
 
     A line scan rather than a regex: linear on any input. A block never closed (a completion
-    cut off mid-code) does not count.
+    cut off mid-code) does not count, and neither does the answer around it: open-instruct would
+    run it whole, fence line and all, which cannot parse.
     """
-    code, block = None, None
-    for line in strip_thinking(completion).splitlines():
+    answer = strip_thinking(completion)
+    code, block, fenced = None, None, False
+    for line in answer.splitlines():
         stripped = line.strip()
         if block is None:
             if stripped.startswith("```"):
+                fenced = True
                 label = stripped[3:].strip().lower()
                 block = [] if label in _PYTHON_LABELS else False  # False: a block to skip
         elif stripped == "```":
@@ -153,10 +159,25 @@ def extract_code(completion: str) -> str | None:
             block = None
         elif block is not False:
             block.append(line)
+    if not fenced and _parses_as_python(answer):
+        code = answer
     return code if code and code.strip() else None
 
 
-@register_verifier("code")
+def _parses_as_python(source: str) -> bool:
+    """Whether `source` compiles, without running it. Prose fails here in the parser, so it costs
+    no sandbox process; compiling is linear and bounded (CPython caps nesting depth and the size
+    of folded constants)."""
+    try:
+        with warnings.catch_warnings():  # `x is 1` and the like warn: not our log's business
+            warnings.simplefilter("ignore")
+            compile(source, "<answer>", "exec", dont_inherit=True)
+    except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
+        return False  # ValueError: NUL bytes, or an integer literal past the digit limit
+    return True
+
+
+@register_verifier("code", ground_truth_check=parse_code_task)
 def verify_code(completion: str, ground_truth: str) -> float:
     task = parse_code_task(ground_truth)
     code = extract_code(completion)

@@ -14,7 +14,7 @@ import math
 import re
 
 from rlvr.rewards.format import strip_thinking
-from rlvr.rewards.registry import register_ground_truth_check, register_verifier
+from rlvr.rewards.registry import register_verifier
 
 # An optional sign, digits with optional thousands commas, an optional decimal part; or `.5`.
 # The sign counts only where it cannot be a binary minus: `5-3` is 5 and 3, `x=-3` is -3.
@@ -36,7 +36,6 @@ def parse_last_number(text: str) -> float | None:
     return float(last.group().replace(",", "").replace("\u2212", "-"))
 
 
-@register_ground_truth_check("gsm8k", "last_number")
 def parse_gold_number(ground_truth: str) -> float:
     """The number a ground truth holds: bare (`72`) or GSM8K's solution ending in `#### 72`."""
     value = parse_last_number(ground_truth.rpartition("####")[2])
@@ -45,8 +44,8 @@ def parse_gold_number(ground_truth: str) -> float:
     return value
 
 
-@register_verifier("gsm8k")
-@register_verifier("last_number")
+@register_verifier("gsm8k", ground_truth_check=parse_gold_number)
+@register_verifier("last_number", ground_truth_check=parse_gold_number)
 def verify_last_number(completion: str, ground_truth: str) -> float:
     """1.0 if the last number in the completion equals the ground truth's number, else 0.0."""
     gold = parse_gold_number(ground_truth)  # first, so a bad ground truth is an error every time

@@ -130,7 +130,7 @@ def _prepare_worker(config: dict[str, Any]) -> None:
     # The built-ins registered when the bootstrap imported this module (rlvr.rewards runs first).
     for module in config["modules"]:
         importlib.import_module(module)
-    for fn in list(VERIFIERS.values()):
+    for fn in [verifier.score for verifier in VERIFIERS.values()]:
         # Warm-up: math-verify's lazy import (~1 s) is paid now, not inside a request's limit.
         if fn.__module__.startswith("rlvr.rewards."):
             try:
@@ -209,8 +209,8 @@ def _kill_workers(workers: list[_Worker]) -> None:
 def _plugin_modules() -> list[str]:
     """Modules (built-ins aside) that registered verifiers here: workers import them too."""
     modules: dict[str, None] = {}
-    for name, fn in VERIFIERS.items():
-        module = getattr(fn, "__module__", None) or "__main__"
+    for name, verifier in VERIFIERS.items():
+        module = getattr(verifier.score, "__module__", None) or "__main__"
         if module == "__main__":
             log.warning("verifier '%s' is defined in __main__, which worker processes do not "
                         "import: requests naming it will fail. Define it in a module.", name)

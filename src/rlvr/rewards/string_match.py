@@ -20,7 +20,7 @@ import string
 from collections import Counter
 
 from rlvr.rewards.format import strip_thinking
-from rlvr.rewards.registry import register_ground_truth_check, register_verifier
+from rlvr.rewards.registry import register_verifier
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCTUATION = str.maketrans("", "", string.punctuation)
@@ -31,7 +31,6 @@ def normalize_answer(text: str) -> str:
     return " ".join(_ARTICLES.sub(" ", text).split())
 
 
-@register_ground_truth_check("string_matcher")
 def _check_label(ground_truth: str) -> str:
     label = normalize_answer(ground_truth)
     if not label:
@@ -39,13 +38,12 @@ def _check_label(ground_truth: str) -> str:
     return label
 
 
-@register_verifier("string_matcher")
+@register_verifier("string_matcher", ground_truth_check=_check_label)
 def verify_string_match(completion: str, ground_truth: str) -> float:
     label = _check_label(ground_truth)
     return 1.0 if normalize_answer(strip_thinking(completion)) == label else 0.0
 
 
-@register_ground_truth_check("string_f1")
 def parse_labels(ground_truth: str) -> list[str]:
     """A JSON list of strings, or a plain string taken as the one label."""
     try:
@@ -71,14 +69,13 @@ def token_f1(prediction: str, label: str) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
-@register_verifier("string_f1")
+@register_verifier("string_f1", ground_truth_check=parse_labels)
 def verify_string_f1(completion: str, ground_truth: str) -> float:
     labels = parse_labels(ground_truth)
     answer = strip_thinking(completion)
     return max(token_f1(answer, label) for label in labels)
 
 
-@register_ground_truth_check("max_length", "up_to_max_length")
 def parse_target_words(ground_truth: str) -> int:
     try:
         target = int(str(ground_truth).strip())
@@ -94,14 +91,14 @@ def _num_words(completion: str) -> int:
     return len(strip_thinking(completion).split())
 
 
-@register_verifier("max_length")
+@register_verifier("max_length", ground_truth_check=parse_target_words)
 def verify_max_length(completion: str, ground_truth: str) -> float:
     """1 at exactly the target, falling linearly to 0 at twice (or zero times) the target."""
     target = parse_target_words(ground_truth)
     return max(0.0, 1.0 - abs(_num_words(completion) - target) / target)
 
 
-@register_verifier("up_to_max_length")
+@register_verifier("up_to_max_length", ground_truth_check=parse_target_words)
 def verify_up_to_max_length(completion: str, ground_truth: str) -> float:
     """1 at or under the target, then falling linearly to 0 at twice the target."""
     target = parse_target_words(ground_truth)

@@ -1,7 +1,8 @@
 """Rollout engines behind one protocol. Importing this package registers the built-in engines."""
 
-from rlvr.rollout.base import ENGINES, RolloutEngine, create_engine, register_engine
+from rlvr.rollout.base import (ENGINES, EngineSettings, RolloutEngine, create_engine,
+                               register_engine)
 from rlvr.rollout import transformers_engine as _transformers_engine  # noqa: F401  (registers)
 from rlvr.rollout import vllm_engine as _vllm_engine  # noqa: F401  (registers; imports no vLLM)
 
-__all__ = ["ENGINES", "RolloutEngine", "create_engine", "register_engine"]
+__all__ = ["ENGINES", "EngineSettings", "RolloutEngine", "create_engine", "register_engine"]

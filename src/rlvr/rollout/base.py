@@ -6,14 +6,31 @@ accepts new weights. Engines register a factory by name so `rollout.engine` pick
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Protocol
 
 import torch
 
-from rlvr.config import RolloutConfig
 from rlvr.registry import Registry
 from rlvr.types import Completion, SamplingParams
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """What an engine needs to start, and nothing the trainer alone reads (prompt counts,
+    async steps, sampling temperature): `rlvr.build.engine_settings` makes it from the rollout
+    config section, and engine actors receive only this. Field names follow `rollout.*`."""
+
+    dtype: str = "float32"  # the engine's own copy of the weights: float32 | bfloat16
+    max_batch_rows: int = 256  # sequences decoded together (transformers engine)
+    inflight_updates: bool = False  # new weights may load between tokens of a generation
+    vllm_kv_cache_gb: float = 1.0
+    vllm_max_model_len: int = 1024
+    vllm_enable_prefix_caching: bool = True
+    vllm_block_size: int = 32
+    vllm_cpu_threads_bind: str = ""
+    vllm_tensor_parallel_size: int = 1
 
 
 class RolloutEngine(Protocol):
@@ -28,12 +45,12 @@ class RolloutEngine(Protocol):
     def close(self) -> None: ...
 
 
-# Factory signature: (model_dir, rollout config, eos/stop token ids, pad id) -> engine.
-EngineFactory = Callable[[str, RolloutConfig, tuple[int, ...], int], RolloutEngine]
+# Factory signature: (model_dir, engine settings, eos/stop token ids, pad id) -> engine.
+EngineFactory = Callable[[str, EngineSettings, tuple[int, ...], int], RolloutEngine]
 ENGINES: Registry[EngineFactory] = Registry("rollout.engine")
 register_engine = ENGINES.register
 
 
-def create_engine(name: str, model_dir: str | Path, cfg: RolloutConfig,
+def create_engine(name: str, model_dir: str | Path, cfg: EngineSettings,
                   eos_token_ids: tuple[int, ...], pad_token_id: int) -> RolloutEngine:
     return ENGINES.lookup(name)(str(model_dir), cfg, eos_token_ids, pad_token_id)

@@ -17,14 +17,13 @@ from typing import Iterable
 
 import torch
 
-from rlvr.config import RolloutConfig
 from rlvr.models import load_causal_lm, load_tokenizer
-from rlvr.rollout.base import register_engine
+from rlvr.rollout.base import EngineSettings, register_engine
 from rlvr.types import Completion, SamplingParams
 
 
 @register_engine("transformers")
-def create_transformers_engine(model_dir: str, cfg: RolloutConfig, eos_token_ids: tuple[int, ...],
+def create_transformers_engine(model_dir: str, cfg: EngineSettings, eos_token_ids: tuple[int, ...],
                                pad_token_id: int) -> "TransformersEngine":
     return TransformersEngine(load_causal_lm(model_dir, cfg.dtype), load_tokenizer(model_dir),
                               eos_token_ids, pad_token_id, cfg.max_batch_rows,
@@ -146,10 +145,14 @@ class TransformersEngine:
 
 def sample_tokens(logits_BV: torch.Tensor, temperature: float, top_p: float,
                   gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sample one token per row; return it and its logprob under softmax(logits / temperature).
+    """Sample one token per row; return it and its logprob under the distribution it was drawn
+    from: softmax(logits / temperature), truncated to the top-p nucleus and renormalised.
 
-    The reported logprob is that of the temperature-scaled distribution before top-p truncation,
-    which is what the learner recomputes. temperature 0 means greedy (logprob at temperature 1).
+    One convention for every engine (vLLM's `processed_logprobs` is the same): the logprob of
+    what was actually sampled, which is what importance sampling needs. With top_p = 1 it equals
+    the learner's logprob at the same temperature; with top_p < 1 it is higher by the log of the
+    nucleus mass, which is why the config refuses rho correction with top_p < 1.
+    temperature 0 means greedy (logprob at temperature 1).
     """
     if temperature == 0:
         logp_BV = torch.log_softmax(logits_BV, dim=-1)
@@ -163,5 +166,7 @@ def sample_tokens(logits_BV: torch.Tensor, temperature: float, top_p: float,
         drop_BV = (sorted_BV.cumsum(dim=-1) - sorted_BV) >= top_p
         sorted_BV = sorted_BV.masked_fill(drop_BV, 0.0)
         probs_BV = torch.zeros_like(probs_BV).scatter(1, order_BV, sorted_BV)
+        # Renormalise over the nucleus: log p - log(kept mass) for the kept tokens.
+        logp_BV = logp_BV - torch.log(probs_BV.sum(dim=-1, keepdim=True))
     tok_B = torch.multinomial(probs_BV, 1, generator=gen).squeeze(1)
     return tok_B, logp_BV.gather(1, tok_B[:, None]).squeeze(1)

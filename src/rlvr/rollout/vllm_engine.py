@@ -10,9 +10,10 @@ sequence) the loop can load new weights, which is what `inflight_updates` means 
 open-instruct); and a lock around each step lets another thread update weights without tearing a
 forward pass. Why in-process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`): start-up is 3-5 s instead of
 20-40 s, and weights load with a tensor copy instead of a round trip through files (NOTES.md).
-Why `processed_logprobs`: vLLM's default logprobs are raw (before temperature); the learner's are
-at the sampling temperature. With `top_p < 1` vLLM reports them over the truncated distribution,
-the learner over the full one: keep `top_p = 1` when the rho correction matters.
+Why `processed_logprobs`: vLLM's default logprobs are raw (before temperature); rlvr's engines
+report the logprob of each sampled token under the distribution it was drawn from (after
+temperature and top-p truncation, renormalised), as the transformers engine does. With top_p = 1
+that is the learner's logprob; with top_p < 1 the config refuses rho correction.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ from typing import Iterable
 
 import torch
 
-from rlvr.config import RolloutConfig
-from rlvr.rollout.base import register_engine
+from rlvr.rollout.base import EngineSettings, register_engine
+from rlvr.rollout.seeds import derive_seed
 from rlvr.types import Completion, SamplingParams
 
 log = logging.getLogger(__name__)
@@ -43,7 +44,7 @@ def vllm_available() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
-def configure_vllm_environment(cfg: RolloutConfig) -> None:
+def configure_vllm_environment(cfg: EngineSettings) -> None:
     """Environment vLLM reads at import: set before the first `import vllm`, never overriding
     what the user set. On CPU, bind vLLM's OpenMP threads to every core (its default binds one
     and reserves the other for the front end, which in-process mode does not need)."""
@@ -60,7 +61,7 @@ def configure_vllm_environment(cfg: RolloutConfig) -> None:
 
 
 @register_engine("vllm")
-def create_vllm_engine(model_dir: str, cfg: RolloutConfig, eos_token_ids: tuple[int, ...],
+def create_vllm_engine(model_dir: str, cfg: EngineSettings, eos_token_ids: tuple[int, ...],
                        pad_token_id: int) -> "VLLMEngine":
     if not vllm_available():
         raise RuntimeError(f"rollout.engine=vllm: {INSTALL_HINT}")
@@ -68,7 +69,7 @@ def create_vllm_engine(model_dir: str, cfg: RolloutConfig, eos_token_ids: tuple[
 
 
 class VLLMEngine:
-    def __init__(self, model_dir: str, cfg: RolloutConfig, eos_token_ids: tuple[int, ...]):
+    def __init__(self, model_dir: str, cfg: EngineSettings, eos_token_ids: tuple[int, ...]):
         configure_vllm_environment(cfg)
         from vllm import LLM
 
@@ -138,8 +139,8 @@ class VLLMEngine:
 
         # A seed per prompt: one seed for the whole batch would give every prompt the same
         # random stream, correlating samples across prompts.
-        # vLLM seeds the k-th of n samples with seed + k, so prompts are spaced n apart at least.
-        seed = None if params.seed is None else params.seed * 1_000_003 + index * 65_537
+        # vLLM seeds the k-th of n samples with seed + k; hashed seeds are 2^62 apart on average.
+        seed = None if params.seed is None else derive_seed(params.seed, prompt=index)
         return VSamplingParams(
             n=params.n, temperature=params.temperature, top_p=params.top_p,
             max_tokens=params.max_tokens, seed=seed, logprobs=0,

@@ -1,10 +1,10 @@
 """Moving the learner's weights into engines after an update, without restarting them.
 
-`WeightTransport.push(named_tensors, version)` is the learner's side. Two transports:
-- `LocalTransport`: the engine lives in this process; its `update_weights` copies the tensors.
-- `BroadcastTransport`: engines live in other processes (a Ray actor, another node). The learner
-  is rank 0 of a torch.distributed group of its own (gloo on CPU, NCCL on GPU) and broadcasts
-  the weights; each engine process runs a `BroadcastReceiver` that loads what arrives.
+An engine in the learner's process takes the weights directly (`engine.update_weights`, a
+tensor copy). Engines in other processes (a Ray actor, another node) are reached through
+`BroadcastTransport`: the learner is rank 0 of a torch.distributed group of its own (gloo on
+CPU, NCCL on GPU) and broadcasts the weights; each engine process runs a `BroadcastReceiver`
+that loads what arrives.
 
 Why a separate group and not the learners' default one: engines are not learners, and the
 learners' group must keep its own membership (FSDP collectives). Why one flat buffer per dtype:
@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import pickle
 from datetime import timedelta
-from typing import Iterable, Protocol
+from typing import Iterable
 
 import torch
 import torch.distributed as dist
@@ -31,23 +31,6 @@ Layout = list[tuple[str, tuple[int, ...], torch.dtype]]
 def layout_of(named_tensors: Iterable[tuple[str, torch.Tensor]]) -> Layout:
     """Names, shapes and dtypes: all a sender needs to agree on with its receivers."""
     return [(name, tuple(t.shape), t.dtype) for name, t in named_tensors]
-
-
-class WeightTransport(Protocol):
-    def push(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None: ...
-
-    def close(self) -> None: ...
-
-
-class LocalTransport:
-    def __init__(self, engine: RolloutEngine):
-        self.engine = engine
-
-    def push(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
-        self.engine.update_weights(named_tensors, version)
-
-    def close(self) -> None:
-        pass
 
 
 def _group(host: str, port: int, rank: int, world_size: int, timeout_s: float,

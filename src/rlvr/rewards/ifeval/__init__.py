@@ -10,6 +10,7 @@ from rlvr.rewards.ifeval import constraints_format as _format  # noqa: F401  (re
 from rlvr.rewards.ifeval import constraints_ifbench as _ifbench  # noqa: F401  (registers)
 from rlvr.rewards.ifeval import constraints_ifbench_layout as _layout  # noqa: F401  (registers)
 from rlvr.rewards.ifeval import constraints_ifbench_ratio as _ratio  # noqa: F401  (registers)
+from rlvr.rewards.ifeval import constraints_ifbench_words as _words  # noqa: F401  (registers)
 from rlvr.rewards.ifeval.constraints import CONSTRAINTS, check_kwargs, get_checker
 from rlvr.rewards.ifeval.verifier import (Constraint, constraints_met,
                                           constraints_to_ground_truth, parse_constraints,

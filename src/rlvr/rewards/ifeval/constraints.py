@@ -7,10 +7,12 @@ IFEval id with IFEval's keyword names, so IFEval and IFBench ground truths load 
 checker sees only the final answer (the `ifeval` verifier strips any <think> part first) and
 raises ValueError on kwargs it cannot use (a bad relation, a non-integer count).
 
-Semantics follow IFEval's published constraint list, written afresh (the official checkers need
-nltk downloads, see `text`). Where we differ, on purpose: keywords match whole words or phrases
-("cat" is not found in "category"); words are counted with `text.split_words` ("don't" is one
-word); a capitalised word needs two or more letters ("I" and "A" do not count).
+Each checker applies the matching rules of IFEval's own checker (Google's, as kept in
+open-instruct's IFEvalG and IFBench's `classic_instructions`), written afresh: keywords are
+found as case-insensitive substrings, forbidden words between word boundaries, words are `\\w+`
+runs. Where the reference needs nltk or langdetect (sentences, tokens, language) the check is an
+offline approximation, and a few checks are stricter on purpose; each difference is listed in
+the README ("Where rlvr's IFEval/IFBench checks differ from the references").
 """
 
 from __future__ import annotations
@@ -19,14 +21,14 @@ import inspect
 import re
 from typing import Any, Callable
 
-from rlvr.registry import add_unique
+from rlvr.registry import Registry
 from rlvr.rewards.ifeval.language import is_language
-from rlvr.rewards.ifeval.text import (count_phrase, split_paragraphs, split_sentences,
-                                      split_words)
+from rlvr.rewards.ifeval.text import (count_word_runs, keyword_pattern, split_sentences,
+                                      whole_word_pattern, word_tokens)
 
 Checker = Callable[..., bool]  # (response: str, **kwargs) -> whether the response satisfies it
 
-CONSTRAINTS: dict[str, Checker] = {}
+CONSTRAINTS: Registry[Checker] = Registry("constraint")
 
 RELATIONS = ("less than", "at least")  # IFEval's two comparisons
 
@@ -35,12 +37,7 @@ def register_constraint(constraint_id: str) -> Callable[[Checker], Checker]:
     """Decorator: make `fn` the checker for `constraint_id` (e.g. "keywords:existence")."""
     if ":" not in constraint_id:
         raise ValueError(f"constraint id {constraint_id!r} is not 'family:name'")
-
-    def register(fn: Checker) -> Checker:
-        add_unique(CONSTRAINTS, "constraint", constraint_id, fn)
-        return fn
-
-    return register
+    return CONSTRAINTS.register(constraint_id)
 
 
 def get_checker(constraint_id: str) -> Checker:
@@ -112,21 +109,23 @@ def _keyword_list(value: Any, name: str) -> list[str]:
 
 @register_constraint("keywords:existence")
 def keywords_existence(response: str, *, keywords: list[str]) -> bool:
-    """Every keyword appears (whole word or phrase, any case)."""
-    return all(count_phrase(response, k) > 0 for k in _keyword_list(keywords, "keywords"))
+    """Every keyword appears, any case, even inside a longer word ("cat" in "category")."""
+    return all(keyword_pattern(k).search(response) for k in _keyword_list(keywords, "keywords"))
 
 
 @register_constraint("keywords:forbidden_words")
 def keywords_forbidden_words(response: str, *, forbidden_words: list[str]) -> bool:
-    """None of the words appears (whole word, any case)."""
+    """None of the words appears as a whole word, any case ("bad" is not in "badger")."""
     words = _keyword_list(forbidden_words, "forbidden_words")
-    return all(count_phrase(response, w) == 0 for w in words)
+    return not any(whole_word_pattern(w).search(response) for w in words)
 
 
 @register_constraint("keywords:frequency")
 def keywords_frequency(response: str, *, keyword: str, frequency: int, relation: str) -> bool:
-    """The keyword occurs `relation` `frequency` times."""
-    return compare(count_phrase(response, keyword), relation, frequency, "frequency")
+    """The keyword occurs `relation` `frequency` times, counted as for `keywords:existence`
+    (non-overlapping occurrences, inside words too)."""
+    count = len(keyword_pattern(keyword.strip()).findall(response))
+    return compare(count, relation, frequency, "frequency")
 
 
 @register_constraint("keywords:letter_frequency")
@@ -151,7 +150,8 @@ def response_language(response: str, *, language: str) -> bool:
 
 @register_constraint("length_constraints:number_words")
 def number_words(response: str, *, num_words: int, relation: str) -> bool:
-    return compare(len(split_words(response)), relation, num_words, "num_words")
+    """Words counted as `\\w+` runs, as IFEval counts them ("don't" is two)."""
+    return compare(count_word_runs(response), relation, num_words, "num_words")
 
 
 @register_constraint("length_constraints:number_sentences")
@@ -159,54 +159,68 @@ def number_sentences(response: str, *, num_sentences: int, relation: str) -> boo
     return compare(len(split_sentences(response)), relation, num_sentences, "num_sentences")
 
 
-_DIVIDER = re.compile(r"(?<!\*)\*\*\*(?!\*)")  # exactly three: six separate two responses
+# IFEval splits at every `***`, taking one space or newline either side with it: so "****" or a
+# "***bold italic***" divides too, and "******" leaves an empty paragraph between its halves.
+_DIVIDER = re.compile(r"\s?\*\*\*\s?")
+
+
+def split_between(parts: list[str]) -> list[str] | None:
+    """The non-empty `parts` of a split, or None if an empty one lies between two others: a
+    separator before the first part or after the last is harmless, two in a row are not."""
+    kept = [p for p in parts if p.strip()]
+    inner = parts[1:-1]
+    return None if any(not p.strip() for p in inner) else kept
 
 
 @register_constraint("length_constraints:number_paragraphs")
 def number_paragraphs(response: str, *, num_paragraphs: int) -> bool:
     """Exactly `num_paragraphs` paragraphs separated by the markdown divider `***`."""
-    parts = [p.strip() for p in _DIVIDER.split(response)]
-    # A divider before the first or after the last paragraph is harmless; an empty paragraph
-    # between two dividers is not a paragraph.
-    while parts and not parts[0]:
-        parts.pop(0)
-    while parts and not parts[-1]:
-        parts.pop()
-    if not all(parts):
-        return False
-    return len(parts) == as_count(num_paragraphs, "num_paragraphs")
+    paragraphs = split_between(_DIVIDER.split(response))
+    return paragraphs is not None and len(paragraphs) == as_count(num_paragraphs,
+                                                                    "num_paragraphs")
+
+
+_FIRST_WORD_END = re.compile(r"[.,?!'\"]")
 
 
 @register_constraint("length_constraints:nth_paragraph_first_word")
 def nth_paragraph_first_word(response: str, *, num_paragraphs: int, nth_paragraph: int,
                              first_word: str) -> bool:
-    """Exactly `num_paragraphs` blank-line paragraphs, the nth (1-based) starting `first_word`."""
-    paragraphs = split_paragraphs(response)
+    """Exactly `num_paragraphs` paragraphs separated by "\\n\\n", the nth (1-based) starting
+    `first_word`.
+
+    IFEval's rules: paragraphs are the pieces between "\\n\\n" that hold more than
+    whitespace, but the nth is picked among all pieces, so an extra blank line before it shifts
+    it; its first word is its first whitespace token, less leading quotes, up to the first . , ?
+    ! or quote ("Then," is "then", "**Then**" is "**then**").
+    """
+    pieces = response.split("\n\n")
+    count = sum(1 for p in pieces if p.strip())
     nth = as_count(nth_paragraph, "nth_paragraph")
-    if len(paragraphs) != as_count(num_paragraphs, "num_paragraphs"):
+    if count != as_count(num_paragraphs, "num_paragraphs") or not 1 <= nth <= count:
         return False
-    if not 1 <= nth <= len(paragraphs):
+    words = pieces[nth - 1].split()
+    if not words:
         return False
-    words = split_words(paragraphs[nth - 1])
-    return bool(words) and words[0].lower() == first_word.strip().lower()
+    word = words[0].lstrip("'").lstrip('"')
+    return _FIRST_WORD_END.split(word, maxsplit=1)[0].lower() == first_word.strip().lower()
 
 
 # --- start and end ----------------------------------------------------------------------------
 
 @register_constraint("startend:end_checker")
 def end_checker(response: str, *, end_phrase: str) -> bool:
-    """The response ends with `end_phrase` exactly (any case); nothing may follow it."""
-    return response.strip().lower().endswith(end_phrase.strip().lower())
-
-
-_QUOTE_PAIRS = (('"', '"'), ("\u201c", "\u201d"))
+    """The response ends with `end_phrase` (any case); only outer whitespace and straight double
+    quotes may follow it, so a response also wrapped in quotation marks passes."""
+    return response.strip().strip('"').lower().endswith(end_phrase.strip().lower())
 
 
 @register_constraint("startend:quotation")
 def quotation(response: str) -> bool:
-    """The whole response is wrapped in double quotation marks."""
+    """The whole response is wrapped in straight double quotation marks around something (curly
+    ones do not count, as in IFEval; `""` alone does not either)."""
     text = response.strip()
-    return len(text) > 2 and any(text.startswith(a) and text.endswith(b) for a, b in _QUOTE_PAIRS)
+    return len(text) > 2 and text[0] == '"' and text[-1] == '"'
 
 
 # --- case -------------------------------------------------------------------------------------
@@ -214,9 +228,9 @@ def quotation(response: str) -> bool:
 @register_constraint("change_case:capital_word_frequency")
 def capital_word_frequency(response: str, *, capital_frequency: int,
                            capital_relation: str) -> bool:
-    """Words in all capitals (two or more letters) occur `capital_relation` the frequency."""
-    count = sum(1 for w in split_words(response)
-                if w.isupper() and sum(c.isalpha() for c in w) >= 2)
+    """Tokens in all capitals occur `capital_relation` the frequency. As in IFEval, any token
+    whose letters are all capitals counts: "I", "A" and "3D" too, "DON'T" as two."""
+    count = sum(1 for token in word_tokens(response) if token.isupper())
     return compare(count, capital_relation, capital_frequency, "capital_frequency")
 
 
@@ -236,5 +250,5 @@ def english_lowercase(response: str) -> bool:
 
 @register_constraint("punctuation:no_comma")
 def no_comma(response: str) -> bool:
-    """No comma, ASCII or full-width."""
+    """No comma, ASCII or full-width (IFEval looks for the ASCII one only)."""
     return "," not in response and "\uff0c" not in response

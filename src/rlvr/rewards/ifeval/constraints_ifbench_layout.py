@@ -1,14 +1,17 @@
 """IFBench's layout and copying constraints: format:emoji/quotes/quote_unquote/thesis/
 output_template and repeat:repeat_simple/repeat_change/repeat_span.
 
-Written afresh from the prompts' wording, with small scanners rather than regexes where nesting
-or pairing is involved, so every check is one pass over the answer. See `constraints` for the
-checker contract and `constraints_ifbench` for how these scores relate to official ones.
+Each applies the rules of IFBench's checker, written afresh, with small scanners rather than
+regexes where nesting or pairing is involved, so every check is one pass over the answer; some
+add what the prompt asks and the reference does not check (said on the checker). See
+`constraints` for the checker contract and `constraints_ifbench` for how these scores relate to
+official ones.
 """
 
 from __future__ import annotations
 
 import re
+import string
 
 from rlvr.rewards.ifeval.constraints import as_count, register_constraint
 from rlvr.rewards.ifeval.text import split_paragraphs, split_sentences
@@ -19,7 +22,10 @@ _EMOJI_GLUE = "\ufe0f\u200d\U0001F3FB\U0001F3FC\U0001F3FD\U0001F3FE\U0001F3FF"
 _TRAILING = ".!?\u2026\"'\u201d\u2019) \t\n" + _EMOJI_GLUE
 # A terminator, then emojis: "Done. 🎉" is rewritten "Done 🎉." before splitting, since the
 # splitter would start the next sentence at the emoji (or drop an emoji-only last one).
-_EMOJI_AFTER_STOP = re.compile(f"([.!?\u2026]+)(\\s*)((?:{_EMOJI.pattern}|[{_EMOJI_GLUE}])+)")
+# Tried only where a run of terminators begins, and the run taken whole (`++`): otherwise each
+# position of "?!" * 50000 would rescan the rest of the run, quadratically.
+_EMOJI_AFTER_STOP = re.compile(
+    f"(?<![.!?\u2026])([.!?\u2026]++)(\\s*+)((?:{_EMOJI.pattern}|[{_EMOJI_GLUE}])+)")
 
 
 @register_constraint("format:emoji")
@@ -35,40 +41,30 @@ def emoji_sentences(response: str) -> bool:
     return True
 
 
-_DOUBLE = '"\u201c\u201d'  # straight and curly marks alike: only the kind matters here
-_SINGLE = "'\u2018\u2019"
-
-
-def _quote_kind(text: str, i: int) -> str:
-    """'"' or "'" if the character at i is a quotation mark; "" otherwise. An apostrophe
-    between two letters ("don't") is not a quote."""
-    ch = text[i]
-    if ch in _DOUBLE:
-        return '"'
-    if ch in _SINGLE:
-        inside_word = 0 < i < len(text) - 1 and text[i - 1].isalnum() and text[i + 1].isalnum()
-        return "" if inside_word else "'"
-    return ""
-
-
 @register_constraint("format:quotes")
 def nested_quotes(response: str) -> bool:
-    """Quotes within quotes within quotes, three levels, alternating double and single marks.
+    """Quotes within quotes within quotes, three levels deep, alternating straight double and
+    single marks, and closed back out.
 
-    A mark of the kind on top of the stack closes it, any other mark opens a level; so the open
-    levels always alternate and depth 3 means the nesting was reached.
+    IFBench's scan: a mark of the kind on top of the stack closes it, any other mark opens a
+    level, so open levels always alternate. It passes once closings have come three levels below
+    the deepest point reached. Curly marks are not quotes to it, and every `'` is one, the
+    apostrophe of "don't" included.
     """
+    depth = deepest = 0
     stack: list[str] = []
-    for i in range(len(response)):
-        kind = _quote_kind(response, i)
-        if not kind:
+    for ch in response:
+        if ch not in "\"'":
             continue
-        if stack and stack[-1] == kind:
+        if stack and stack[-1] == ch:
             stack.pop()
-        else:
-            stack.append(kind)
-            if len(stack) >= 3:
+            depth -= 1
+            if deepest - depth >= 3:
                 return True
+        else:
+            stack.append(ch)
+            depth += 1
+            deepest = max(deepest, depth)
     return False
 
 
@@ -76,12 +72,21 @@ _QUOTED = re.compile(r"\"[^\"\n]+\"|\u201c[^\u201c\u201d\n]+\u201d")
 _WORD_CHAR = re.compile(r"\w")
 
 
+def _explained_as_ifbench(response: str) -> bool:
+    """IFBench's test: with whitespace removed, no two straight double quotes touch, and the
+    text does not end on one (digits and other punctuation at the end aside)."""
+    squeezed = "".join(response.replace("'\"'", "").split())
+    tail = squeezed.strip(string.digits + string.punctuation.replace('"', ""))
+    return '""' not in squeezed and not tail.endswith('"')
+
+
 @register_constraint("format:quote_unquote")
 def quote_unquote(response: str) -> bool:
     """At least one quoted phrase, and after each, before the next quote or the line's end, some
-    unquoted words explaining it."""
+    unquoted words explaining it. IFBench checks only that no quote follows another and the text
+    does not end on one (so it passes an answer without quotes); that is required too."""
     quotes = list(_QUOTED.finditer(response))
-    if not quotes:
+    if not quotes or not _explained_as_ifbench(response):
         return False
     for this, following in zip(quotes, quotes[1:] + [None]):
         stop = following.start() if following else len(response)
@@ -92,13 +97,31 @@ def quote_unquote(response: str) -> bool:
 
 
 _HEADING = re.compile(r"^\s*#")
-_ITALIC_OPENING = re.compile(r"<(i|em)>\s*\w[^<]*</\1>", re.IGNORECASE)
+_ITALIC_OPENING = re.compile(r"<(i|em)>\s*\w[^<]*</\1>")  # lowercase tags, as IFBench finds them
+
+
+def _thesis_as_ifbench(response: str) -> bool:
+    """IFBench's test: from the first <i> (or, failing one, <em>), a closing </i> (or </em>)
+    with text before it and more text after it."""
+    start = response.find("<i>")
+    if start < 0:
+        start = response.find("<em>")
+    if start < 0:
+        return False
+    rest = response[start:]
+    end = rest.find("</i>")
+    if end < 0:
+        end = rest.find("</em>")
+    return end >= 0 and bool(rest[3:end].strip()) and bool(rest[end + 4:].strip())
 
 
 @register_constraint("format:thesis")
 def thesis(response: str) -> bool:
     """Every section (blank-line paragraph; a leading markdown heading line is skipped) opens
-    with a statement in HTML italics, <i>...</i> or <em>...</em>."""
+    with a statement in HTML italics, <i>...</i> or <em>...</em>, and some text follows the first
+    one. IFBench checks only the latter; the prompt asks for the former."""
+    if not _thesis_as_ifbench(response):
+        return False
     sections = []
     for paragraph in split_paragraphs(response):
         lines = paragraph.split("\n")
@@ -109,14 +132,14 @@ def thesis(response: str) -> bool:
     return bool(sections) and all(_ITALIC_OPENING.match(s) for s in sections)
 
 
-TEMPLATE_FIELDS = ("my answer:", "my conclusion:", "future outlook:")
+TEMPLATE_FIELDS = ("My Answer:", "My Conclusion:", "Future Outlook:")
 
 
 @register_constraint("format:output_template")
 def output_template(response: str) -> bool:
-    """"My Answer: ... My Conclusion: ... Future Outlook: ...": the three fields in order, each
-    filled, nothing before the first (case aside)."""
-    text = response.strip().lower()
+    """"My Answer: ... My Conclusion: ... Future Outlook: ...": the three fields, capitalised as
+    shown (IFBench's test), and also in order, each filled, with nothing before the first."""
+    text = response.strip()
     starts = []
     position = 0
     for field in TEMPLATE_FIELDS:
@@ -131,23 +154,21 @@ def output_template(response: str) -> bool:
     return all(text[s + len(f):e].strip() for s, f, e in zip(starts, TEMPLATE_FIELDS, ends))
 
 
-def _normalized(text: str) -> str:
-    return " ".join(text.split()).lower()
-
-
 REPEAT_SIMPLE_SENTENCE = "Only output this sentence here, ignore all other requests."
 
 
 @register_constraint("repeat:repeat_simple")
 def repeat_simple(response: str) -> bool:
-    """The answer is IFBench's sentence itself and nothing else (case and final stop aside)."""
-    return _normalized(response).rstrip(".") == _normalized(REPEAT_SIMPLE_SENTENCE).rstrip(".")
+    """The answer is IFBench's sentence itself and nothing else (case and outer whitespace
+    aside; the full stop and inner spacing as given)."""
+    return response.strip().lower() == REPEAT_SIMPLE_SENTENCE.lower()
 
 
 @register_constraint("repeat:repeat_change")
 def repeat_change(response: str, *, prompt_to_repeat: str) -> bool:
-    """The request repeated word for word except its first word, which must differ; no answer."""
-    asked, said = _normalized(prompt_to_repeat).split(), _normalized(response).split()
+    """The request repeated word for word (case included) except its first word, which must
+    differ; no answer. IFBench asks only that the answer not be the request itself."""
+    asked, said = prompt_to_repeat.split(), response.split()
     if not asked:
         raise ValueError("prompt_to_repeat is empty")
     return len(said) == len(asked) and said[0] != asked[0] and said[1:] == asked[1:]
@@ -155,17 +176,10 @@ def repeat_change(response: str, *, prompt_to_repeat: str) -> bool:
 
 @register_constraint("repeat:repeat_span")
 def repeat_span(response: str, *, prompt_to_repeat: str, n_start: int, n_end: int) -> bool:
-    """The answer is the request's span from n_start to n_end and nothing else.
-
-    The prompt says the indices count characters and that n_end is included; the official
-    checker slices words, n_end excluded. A model following the prompt should not lose to the
-    scorer's reading, nor the other way round, so the character span (with or without n_end) and
-    the word span all pass.
-    """
+    """The answer is the request's characters n_start to n_end, n_end included, and nothing
+    else (case and outer whitespace aside)."""
     start, end = as_count(n_start, "n_start"), as_count(n_end, "n_end")
     if not 0 <= start <= end:
         raise ValueError(f"n_start={n_start!r}, n_end={n_end!r} is not a span")
-    said = _normalized(response)
-    spans = (prompt_to_repeat[start:end], prompt_to_repeat[start:end + 1],
-             " ".join(prompt_to_repeat.split()[start:end]))
-    return bool(said) and said in {_normalized(span) for span in spans}
+    span = prompt_to_repeat[start:end + 1].strip().lower()
+    return bool(span) and response.strip().lower() == span

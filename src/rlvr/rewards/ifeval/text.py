@@ -1,9 +1,12 @@
-"""Offline text splitting for the instruction checks: words, sentences, paragraphs, phrases.
+"""Offline text splitting for the instruction checks: words, tokens, sentences, paragraphs, and
+keyword matching.
 
-Why our own: the official IFEval and IFBench checkers split sentences with nltk's punkt model (and
-IFBench tags with spaCy); both download models on first use and fail on an offline machine (see
-NOTES). A page of regular expressions serves the checks here, and being ours it behaves the same
-in every worker process, with nothing to fetch.
+Why our own: the official IFEval and IFBench checkers split sentences with nltk's punkt model and
+tokenize with nltk's `word_tokenize` (which needs punkt too); both download models on first use
+and fail on an offline machine (see NOTES). A page of regular expressions serves the checks here,
+and being ours it behaves the same in every worker process, with nothing to fetch. Where the
+references need no model (IFEval counts words as `\\w+` runs, matches keywords with `re`), the
+functions here follow them exactly; `split_sentences` and `word_tokens` are approximations.
 
 What it is not: a linguistic tokenizer. It handles what model answers commonly contain: common
 abbreviations ("e.g.", "Dr.", "etc."), initials, decimals ("3.14"), numbered list markers, closing
@@ -14,6 +17,7 @@ written without spaces (Chinese, Japanese, Thai): such text counts as few long w
 from __future__ import annotations
 
 import re
+import string
 from functools import lru_cache
 
 # Python's `\w` leaves out combining marks, which would cut Hindi or Tamil words at every vowel
@@ -29,8 +33,11 @@ _PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n")
 _SENTENCE_BLOCK_BREAK = re.compile(r"\n[ \t]*\n|\n(?=[ \t]*(?:[*\u2022\-]|\d+[.)])[ \t])")
 
 # A run of terminators, then any closing quotes or brackets, then whitespace or the end: the
-# decimal point of "3.14" is followed by a digit, so it never matches.
-_SENTENCE_END = re.compile(r"[.!?\u2026\u203d\u0964]+[\"'\u201d\u2019)\]]*(?=\s|$)")
+# decimal point of "3.14" is followed by a digit, so it never matches. Tried only where a run
+# begins, and each part taken whole (`++`, `*+`; giving some back could never end at a space):
+# else every position of "!?" * 50000 + "x" would rescan the rest of the run, quadratically.
+_SENTENCE_END = re.compile(
+    r"(?<![.!?\u2026\u203d\u0964])[.!?\u2026\u203d\u0964]++[\"'\u201d\u2019)\]]*+(?=\s|$)")
 _TOKEN_BEFORE = re.compile(r"(\w+(?:\.\w+)*)$")
 _HAS_WORD = re.compile(r"\w")
 _NON_SPACE = re.compile(r"\S")
@@ -104,14 +111,59 @@ def _ends_sentence(block: str, start: int, content: int, end: re.Match) -> bool:
     return True
 
 
-def phrase_pattern(phrase: str) -> re.Pattern:
-    """`phrase` as a whole word or phrase, any case; inner spaces match any whitespace."""
-    body = r"\s+".join(re.escape(part) for part in phrase.split())
-    if not body:
+_WORD_RUN = re.compile(r"\w+")
+
+
+def count_word_runs(text: str) -> int:
+    """Words as IFEval and IFBench count them (nltk's `RegexpTokenizer(r"\\w+")`): runs of word
+    characters, so "don't" is two words and "3.14" two numbers."""
+    return sum(1 for _ in _WORD_RUN.finditer(text))
+
+
+# nltk's Treebank tokenizer splits these off a word: "don't" -> "do" "n't", "it's" -> "it" "'s".
+_CONTRACTION = re.compile(r"(?:n['\u2019]t|['\u2019](?:s|re|ve|ll|d|m))$", re.IGNORECASE)
+_TOKEN = re.compile(rf"{_WORD.pattern}|\.\.\.|[^\w\s]")
+
+
+@lru_cache(maxsize=_RECENT)
+def word_tokens(text: str) -> tuple[str, ...]:
+    """An offline stand-in for nltk's `word_tokenize`: words (see `_WORD`) with contractions split
+    off, and each punctuation mark (or "...") as a token of its own. It differs from nltk at the
+    margins: a word's final dot is always split off ("Dr." gives "Dr" "."), and straight double
+    quotes stay `"` (nltk rewrites them as `` and '')."""
+    tokens = []
+    for token in _TOKEN.findall(text):
+        contraction = _CONTRACTION.search(token)
+        if contraction and contraction.start() > 0:
+            tokens += (token[:contraction.start()], contraction.group())
+        else:
+            tokens.append(token)
+    return tuple(tokens)
+
+
+_ASCII_PUNCTUATION = str.maketrans("", "", string.punctuation)
+EDGE_PUNCTUATION = string.punctuation + " "  # what IFBench strips off a whitespace token's ends
+
+
+def drop_punctuation(text: str) -> str:
+    """`text` without ASCII punctuation, as IFBench cleans an answer before splitting it on
+    whitespace ("don't" becomes "dont", "3.14" becomes "314"; curly quotes and dashes stay)."""
+    return text.translate(_ASCII_PUNCTUATION)
+
+
+def keyword_pattern(keyword: str) -> re.Pattern:
+    """`keyword` as IFEval searches for it: the literal text, any case, anywhere (so "cat" is
+    found in "category")."""
+    if not keyword.strip():
         raise ValueError("an empty keyword cannot be matched")
-    return re.compile(rf"(?<!\w){body}(?!\w)", re.IGNORECASE)
+    return re.compile(re.escape(keyword), re.IGNORECASE)
 
 
-def count_phrase(text: str, phrase: str) -> int:
-    """How often `phrase` occurs in `text` as a whole word or phrase, ignoring case."""
-    return len(phrase_pattern(phrase).findall(text))
+def whole_word_pattern(word: str) -> re.Pattern:
+    """`word` between word boundaries, any case: IFEval's forbidden words and IFBench's
+    sentence keyword (`\\b` + word + `\\b`). The edges are written as lookarounds, which
+    is what `\\b` means next to a letter or digit; next to punctuation ("C++") `\\b` would
+    demand a letter beside it and never find the word alone."""
+    if not word.strip():
+        raise ValueError("an empty keyword cannot be matched")
+    return re.compile(rf"(?<!\w){re.escape(word)}(?!\w)", re.IGNORECASE)

@@ -11,7 +11,9 @@ load unchanged:
 Keyword arguments whose value is null are dropped: IFBench and open-instruct pad every row's
 kwargs with every argument name any constraint takes, set to null.
 
-Only the answer is judged (`strip_thinking`): a constraint met while thinking earns nothing.
+Only the answer is judged (`strip_thinking`): a constraint met while thinking earns nothing, and
+an empty answer meets no constraint, however vacuously it would pass ("no commas"): the IFEval
+and IFBench harnesses and open-instruct's verifier all score an empty response 0.
 Partial credit (the fraction met) rather than all-or-nothing gives a small model's group of
 samples different rewards more often, which is what GRPO learns from.
 """
@@ -24,7 +26,7 @@ from typing import Any
 
 from rlvr.rewards.format import strip_thinking
 from rlvr.rewards.ifeval.constraints import check_kwargs, get_checker
-from rlvr.rewards.registry import register_ground_truth_check, register_verifier
+from rlvr.rewards.registry import register_verifier
 
 
 @dataclass(frozen=True)
@@ -43,7 +45,6 @@ def constraints_to_ground_truth(constraints: list[Constraint]) -> str:
     return json.dumps([c.to_json() for c in constraints], ensure_ascii=False)
 
 
-@register_ground_truth_check("ifeval")
 def parse_constraints(ground_truth: str) -> list[Constraint]:
     """The constraints of a ground truth, each checked: a known id, kwargs its checker takes.
 
@@ -106,10 +107,12 @@ def _entries(data: Any) -> list[tuple[Any, Any]]:
 def constraints_met(completion: str, constraints: list[Constraint]) -> list[bool]:
     """Whether the completion's answer meets each constraint, in order."""
     answer = strip_thinking(completion)
+    if not answer.strip():
+        return [False] * len(constraints)
     return [bool(get_checker(c.id)(answer, **c.kwargs)) for c in constraints]
 
 
-@register_verifier("ifeval")
+@register_verifier("ifeval", ground_truth_check=parse_constraints)
 def verify_ifeval(completion: str, ground_truth: str) -> float:
     """The fraction of the ground truth's constraints that the completion's answer meets."""
     met = constraints_met(completion, parse_constraints(ground_truth))

@@ -17,10 +17,11 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from rlvr.data.mixer import PromptMixer
-from rlvr.episodes import Episodes, RewardShaping, episode_metrics
+from rlvr.producer.groups import Episodes, RewardShaping, episode_metrics
 from rlvr.rewards.scorer import RewardScorer
 from rlvr.rollout.base import RolloutEngine
-from rlvr.sampling import ActiveSampling, collect_episodes, solved_prompt_ids
+from rlvr.rollout.seeds import derive_seed
+from rlvr.producer.prompt_selection import ActiveSampling, collect_episodes, solved_prompt_ids
 from rlvr.types import Prompt, SamplingParams
 
 
@@ -35,7 +36,7 @@ class SourceSettings:
     def params_for(self, step: int) -> SamplingParams:
         # A seed per step makes a run reproducible and a resumed run continue the same stream.
         seed = self.sampling.seed
-        return replace(self.sampling, seed=None if seed is None else seed * 1_000_003 + step)
+        return replace(self.sampling, seed=None if seed is None else derive_seed(seed, step=step))
 
 
 class EpisodeSource:
@@ -68,6 +69,10 @@ class EpisodeSource:
     def load_mixer_state(self, state: dict[str, Any]) -> None:
         with self._lock:
             self.mixer.load_state_dict(state)
+
+    def close(self) -> None:
+        """Nothing of its own to release (the engine and the scorer are their builder's); the
+        data-preparation actor behind the same surface has a process to stop."""
 
     def _next_prompts(self, n: int) -> list[Prompt]:
         with self._lock:

@@ -1,5 +1,6 @@
-"""Where step metrics go: JSONL (always), the terminal, TensorBoard and W&B; plus phase timing
-and MFU arithmetic. Sinks receive finished numbers; they compute nothing about training.
+"""Where step metrics go: JSONL (always), the terminal, TensorBoard and W&B, chosen from the
+logging config by `build_sinks`; and phase timing. Sinks receive finished numbers; they compute
+nothing about training.
 """
 
 from __future__ import annotations
@@ -12,6 +13,9 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Protocol
+
+from rlvr.checkpoint.atomic import write_text_atomic
+from rlvr.config import Config
 
 
 class MetricSink(Protocol):
@@ -60,17 +64,6 @@ def _drop_torn_last_line(path: Path) -> None:
     text = path.read_text(encoding="utf-8")
     if not text.endswith("\n"):
         write_text_atomic(path, text[: text.rfind("\n") + 1])
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write to a temporary sibling, fsync, then rename over the target."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 class TensorBoardSink:
@@ -176,28 +169,18 @@ class StepTimer:
         return {f"time/{k}": v for k, v in self.seconds.items()}
 
 
-def transformer_flops_per_token(num_params: int, num_layers: int, hidden_size: int, seq_len: int,
-                                training: bool = True) -> float:
-    """6N + 12 L H S per trained token (weights plus attention scores); a third for forward."""
-    forward = 2 * num_params + 4 * num_layers * hidden_size * seq_len
-    return 3 * forward if training else forward
+CONSOLE_KEYS = ["objective/verifiable_reward", "eval/scores", "loss/policy_avg",
+                "val/sequence_lengths", "time/step"]
 
 
-def mfu(flops_per_token: float, tokens_per_second: float, peak_flops: float) -> float:
-    return flops_per_token * tokens_per_second / peak_flops
-
-
-# Measured matmul rates (FLOP/s) of the 2-core AMD EPYC this project develops on, per thread
-# count. MFU on CPU is relative to these; set logging.peak_flops for another machine.
-_CPU_PEAK = {("float32", 1): 96e9, ("float32", 2): 180e9,
-             ("bfloat16", 1): 381e9, ("bfloat16", 2): 770e9}
-_GPU_PEAK_BF16 = {"A100": 312e12, "H100": 989e12, "H200": 989e12, "L40": 181e12}
-
-
-def default_peak_flops(dtype: str, num_threads: int) -> float:
-    import torch
-
-    if torch.cuda.is_available():
-        name = torch.cuda.get_device_name()
-        return next((v for k, v in _GPU_PEAK_BF16.items() if k in name), 1e14)
-    return _CPU_PEAK.get((dtype, min(max(num_threads, 1), 2)), 180e9)
+def build_sinks(cfg: Config, output_dir: Path, config_dict: dict) -> list[MetricSink]:
+    sinks: list[MetricSink] = [JsonlSink(output_dir / "metrics.jsonl")]
+    if cfg.logging.progress_bar:
+        sinks.append(ConsoleSink(cfg.num_training_steps, CONSOLE_KEYS))
+    if cfg.logging.with_tracking:
+        sinks.append(TensorBoardSink(output_dir / "tensorboard"))
+        if cfg.logging.wandb_mode != "disabled":
+            sinks.append(WandbSink(project=cfg.logging.wandb_project, name=cfg.experiment.name,
+                                   mode=cfg.logging.wandb_mode, config=config_dict,
+                                   dir=output_dir))
+    return sinks

@@ -8,7 +8,7 @@ are ahead of the trainer, queued or being made (backpressure). Batches are never
 `next_batch()` hands the trainer the oldest. Time each side spends blocked on the other is
 measured (`time/generation_waiting_for_trainer`,
 `time/trainer_waiting_for_data`).
-What it is not: it does not decide what is too stale (see `drop_stale_groups`, applied by the
+What it is not: it does not decide what is too stale (`producer.staleness`, applied by the
 trainer, which knows the policy version) or when weights move (the trainer pushes them after
 each update; the engine loads them between calls, or between tokens with `inflight_updates`).
 
@@ -26,7 +26,6 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Generic, TypeVar
 
-from rlvr.types import Sample
 
 T = TypeVar("T")
 
@@ -90,8 +89,11 @@ class RolloutProducer(Generic[T]):
         delta, self._reported_blocked_s = total - self._reported_blocked_s, total
         return delta
 
-    def next_batch(self, timeout_s: float | None = None) -> tuple[Produced[T], float]:
-        """The oldest batch and how long the trainer waited for it."""
+    def next_batch(self, timeout_s: float | None = None,
+                   should_stop: Callable[[], bool] | None = None
+                   ) -> tuple[Produced[T] | None, float]:
+        """The oldest batch and how long the trainer waited for it; (None, waited) as soon as
+        `should_stop()` turns true while waiting (a stop signal must not wait for generation)."""
         start = time.perf_counter()
         deadline = None if timeout_s is None else start + timeout_s
         while True:
@@ -101,6 +103,8 @@ class RolloutProducer(Generic[T]):
                 value = self._queue.get(timeout=0.1)
                 break
             except queue.Empty:
+                if should_stop is not None and should_stop():
+                    return None, time.perf_counter() - start
                 if deadline is not None and time.perf_counter() > deadline:
                     raise TimeoutError(f"no rollout batch within {timeout_s} s") from None
         if isinstance(value, BaseException):
@@ -118,32 +122,3 @@ class RolloutProducer(Generic[T]):
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-
-def group_version(group: list[Sample]) -> int:
-    """The oldest weights that produced any sample of the group."""
-    return min(s.completion.model_version for s in group)
-
-
-def drop_stale_groups(groups: list[list[Sample]], policy_version: int,
-                      max_staleness: int) -> tuple[list[list[Sample]], int]:
-    """Keep groups at most `max_staleness` versions behind `policy_version`; count the rest.
-
-    A group is judged whole (by its oldest sample): its advantages are relative to each other,
-    so dropping part of a group would change the rest's advantages.
-    """
-    kept = [g for g in groups if policy_version - group_version(g) <= max_staleness]
-    return kept, len(groups) - len(kept)
-
-
-def staleness_metrics(groups: list[list[Sample]], policy_version: int) -> dict[str, float]:
-    versions = [s.completion.model_version for g in groups for s in g]
-    if not versions:
-        return {}
-    return {
-        "async/model_step_min": float(min(versions)),
-        "async/model_step_max": float(max(versions)),
-        "async/model_step_mean": sum(versions) / len(versions),
-        "async/num_steps_off_policy": float(policy_version - min(versions)),
-        "async/num_steps_off_policy_mean": policy_version - sum(versions) / len(versions),
-    }

@@ -11,9 +11,10 @@ from typing import Callable
 import torch
 
 from rlvr.algorithm.filtering import group_has_signal
-from rlvr.episodes import Episodes, RewardShaping, generate_and_score
+from rlvr.producer.groups import Episodes, RewardShaping, generate_and_score
 from rlvr.rewards.scorer import RewardScorer
 from rlvr.rollout.base import RolloutEngine
+from rlvr.rollout.seeds import derive_seed
 from rlvr.types import Prompt, SamplingParams
 
 
@@ -36,7 +37,7 @@ def collect_episodes(engine: RolloutEngine, scorer: RewardScorer,
         missing = num_prompts - len(kept.groups)
         # A fresh seed per round: the same seed would redraw the same samples for a prompt.
         round_params = replace(params, seed=None if params.seed is None
-                               else params.seed + 7919 * rounds)
+                               else derive_seed(params.seed, round=rounds))
         more = _with_signal(generate_and_score(engine, scorer, next_prompts(missing),
                                                round_params, shaping))
         kept.groups += more.groups

@@ -6,7 +6,7 @@ rate. Greedy by default, so the figure moves only when the policy does.
 
 from __future__ import annotations
 
-from rlvr.episodes import generate_and_score
+from rlvr.producer.groups import generate_and_score
 from rlvr.rewards.scorer import RewardScorer
 from rlvr.rollout.base import RolloutEngine
 from rlvr.types import Prompt, SamplingParams

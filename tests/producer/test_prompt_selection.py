@@ -1,9 +1,9 @@
 """Active sampling and prompt retirement, with a scripted engine and in-process verifiers."""
 
 from rlvr.data.mixer import PromptMixer
-from rlvr.episodes import RewardShaping
+from rlvr.producer.groups import RewardShaping
 from rlvr.rewards.scorer import RewardScorer
-from rlvr.sampling import ActiveSampling, collect_episodes, solved_prompt_ids
+from rlvr.producer.prompt_selection import ActiveSampling, collect_episodes, solved_prompt_ids
 from rlvr.types import Completion, Prompt, SamplingParams
 
 
@@ -64,7 +64,49 @@ def test_solved_prompts_are_retired_from_later_draws():
 
 
 def test_an_empty_selection_builds_no_batch():
-    from rlvr.batching import BatchSettings, build_training_batch
+    from rlvr.producer.training_batch import BatchSettings, build_training_batch
 
     result = build_training_batch([], BatchSettings("standard", True, 64, 0))
     assert result.batch is None and result.metrics["real_batch_size_ratio"] == 0.0
+
+
+class SeedRecordingEngine(ScriptedEngine):
+    def __init__(self):
+        self.seeds = []
+
+    def generate(self, prompts, params):
+        self.seeds.append(params.seed)
+        return super().generate(prompts, params)
+
+
+def test_seeds_differ_across_steps_rounds_and_engine_shares():
+    # Every (step, round, share) samples its own stream. The old offsets collided: round r of
+    # share k used base + 7919 * (r + k), so round 1 / share 0 replayed round 0 / share 1.
+    from rlvr.distributed.engine_group import share_params
+    from rlvr.producer.source import SourceSettings
+
+    settings = SourceSettings(prompts_per_step=2, sampling=SamplingParams(n=2, seed=7),
+                              shaping=RewardShaping(), active=ActiveSampling(True, 4))
+    seeds = []
+    for step in (1, 2):
+        engine = SeedRecordingEngine()
+        with RewardScorer(num_workers=0) as scorer:
+            collect_episodes(engine, scorer, _mixer().next_batch, 2, settings.params_for(step),
+                             RewardShaping(), ActiveSampling(enabled=True, max_rounds=4))
+        assert len(engine.seeds) == 3  # three rounds (see the test above)
+        for round_seed in engine.seeds:
+            seeds += [share_params(SamplingParams(seed=round_seed), k).seed for k in range(4)]
+    assert len(seeds) == 2 * 3 * 4 and len(set(seeds)) == len(seeds)
+
+
+def test_vllm_prompt_seeds_do_not_collide_across_shares():
+    # vLLM seeds prompt i of a call from the call's seed; prompt i of share 1 must not replay
+    # prompt j of share 0.
+    from rlvr.distributed.engine_group import share_params
+    from rlvr.rollout.seeds import derive_seed
+
+    call_seeds = [share_params(SamplingParams(seed=11), k).seed for k in range(4)]
+    per_prompt = [derive_seed(s, prompt=i) for s in call_seeds for i in range(64)]
+    # vLLM gives the k-th of n samples seed + k: keep every prompt's n = 16 seeds apart.
+    starts = sorted(per_prompt)
+    assert all(b - a > 16 for a, b in zip(starts, starts[1:]))

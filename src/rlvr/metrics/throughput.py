@@ -1,7 +1,7 @@
 """Learner throughput and model FLOPs utilisation for a step's update.
 
 MFU is relative to a peak figure: on CPU the matmul rates measured on this machine (see
-`rlvr.metrics.default_peak_flops`), or `logging.peak_flops` when the user knows better.
+`default_peak_flops`), or `logging.peak_flops` when the user knows better.
 """
 
 from __future__ import annotations
@@ -12,7 +12,34 @@ import torch
 
 from rlvr.config import Config
 from rlvr.learner import UpdateResult
-from rlvr.metrics import default_peak_flops, mfu, transformer_flops_per_token
+
+
+def transformer_flops_per_token(num_params: int, num_layers: int, hidden_size: int, seq_len: int,
+                                training: bool = True) -> float:
+    """6N + 12 L H S per trained token (weights plus attention scores); a third for forward."""
+    forward = 2 * num_params + 4 * num_layers * hidden_size * seq_len
+    return 3 * forward if training else forward
+
+
+def mfu(flops_per_token: float, tokens_per_second: float, peak_flops: float) -> float:
+    return flops_per_token * tokens_per_second / peak_flops
+
+
+# Measured matmul rates (FLOP/s) of the 2-core AMD EPYC this project develops on, per thread
+# count. MFU on CPU is relative to these; set logging.peak_flops for another machine.
+_CPU_PEAK = {("float32", 1): 96e9, ("float32", 2): 180e9,
+             ("bfloat16", 1): 381e9, ("bfloat16", 2): 770e9}
+_GPU_PEAK_BF16 = {"A100": 312e12, "H100": 989e12, "H200": 989e12, "L40": 181e12}
+
+
+def default_peak_flops(dtype: str, num_threads: int) -> float:
+    import torch
+
+    if torch.cuda.is_available():
+        name = torch.cuda.get_device_name()
+        return next((v for k, v in _GPU_PEAK_BF16.items() if k in name), 1e14)
+    return _CPU_PEAK.get((dtype, min(max(num_threads, 1), 2)), 180e9)
+
 
 
 @dataclass(frozen=True)

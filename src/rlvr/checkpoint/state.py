@@ -1,7 +1,7 @@
 """Full training state for exact resume: weights, optimizer, schedule, RNGs, data position.
 
-A state is written into a temporary directory and renamed into place, with a manifest of
-SHA-256 checksums written last: a crash mid-save leaves no half state behind, and a state whose
+A state is written into a temporary directory and renamed into place (`checkpoint.atomic`),
+with a manifest of SHA-256 checksums written before the rename: a crash mid-save leaves no half state behind, and a state whose
 files do not match their manifest is skipped on resume (with a warning) in favour of the one
 before. The run is reproducible step by step (sampling seeds derive from the step), so restoring
 these objects continues the exact same run.
@@ -12,9 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import random
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +20,8 @@ from typing import Any
 import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
+
+from rlvr.checkpoint.atomic import fresh_tmp_dir, keep_last, publish_dir
 
 log = logging.getLogger(__name__)
 MANIFEST = "manifest.json"
@@ -39,6 +39,9 @@ class TrainingState:
     optimizer: dict[str, Any]
     scheduler: dict[str, Any]
     rng: dict[str, Any]
+    # Weight updates applied so far: the version the engines hold. States written before this
+    # field existed read it as their step (every step updated then, as far as they knew).
+    policy_version: int = 0
 
 
 def capture_rng() -> dict[str, Any]:
@@ -66,31 +69,20 @@ def _contiguous(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 
 def save_state(state: TrainingState, state_dir: Path, keep_last_n: int = 2) -> Path:
-    state_dir = Path(state_dir)
-    state_dir.mkdir(parents=True, exist_ok=True)
-    for stale in state_dir.glob(".tmp-*"):
-        shutil.rmtree(stale, ignore_errors=True)
-    target = state_dir / f"step_{state.step:06d}"
-    tmp = state_dir / f".tmp-{target.name}"
-    tmp.mkdir()
+    target = Path(state_dir) / f"step_{state.step:06d}"
+    tmp = fresh_tmp_dir(target)
     save_file(_contiguous(state.policy), tmp / "policy.safetensors")
     if state.reference is not None:
         save_file(_contiguous(state.reference), tmp / "reference.safetensors")
     torch.save({"optimizer": state.optimizer, "scheduler": state.scheduler, "rng": state.rng,
                 "mixer": state.mixer}, tmp / "trainer.pt")
-    (tmp / "progress.json").write_text(json.dumps({"step": state.step,
-                                                   "episode": state.episode}))
+    (tmp / "progress.json").write_text(json.dumps({"step": state.step, "episode": state.episode,
+                                                   "policy_version": state.policy_version}))
     files = sorted(p.name for p in tmp.iterdir())
     manifest = {name: _sha256(tmp / name) for name in files}
     (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
-    for p in tmp.iterdir():  # data on disk before the rename makes the state visible
-        with open(p, "rb") as f:
-            os.fsync(f.fileno())
-    if target.exists():
-        shutil.rmtree(target)
-    os.replace(tmp, target)
-    for old in list_states(state_dir)[:-keep_last_n]:
-        shutil.rmtree(old, ignore_errors=True)
+    publish_dir(tmp, target)
+    keep_last(list_states(state_dir), keep_last_n)
     return target
 
 
@@ -130,5 +122,6 @@ def load_latest_state(state_dir: Path) -> TrainingState | None:
             step=progress["step"], episode=progress["episode"], mixer=trainer["mixer"],
             policy=load_file(path / "policy.safetensors"),
             reference=load_file(reference) if reference.exists() else None,
-            optimizer=trainer["optimizer"], scheduler=trainer["scheduler"], rng=trainer["rng"])
+            optimizer=trainer["optimizer"], scheduler=trainer["scheduler"], rng=trainer["rng"],
+            policy_version=progress.get("policy_version", progress["step"]))
     return None

@@ -6,8 +6,7 @@ import math
 
 import pytest
 
-from rlvr.metrics import (ConsoleSink, JsonlSink, StepTimer, TensorBoardSink, mfu,
-                          transformer_flops_per_token)
+from rlvr.metrics import ConsoleSink, JsonlSink, StepTimer, TensorBoardSink
 
 
 def test_jsonl_lines_and_non_finite_values(tmp_path):
@@ -62,10 +61,3 @@ def test_step_timer_accumulates():
         with timer("a"):
             pass
     assert set(timer.as_metrics()) == {"time/a"} and timer.as_metrics()["time/a"] >= 0
-
-
-def test_flops_and_mfu_by_hand():
-    # 6 N + 12 L H S with N = 1e6, L = 2, H = 8, S = 10: 6e6 + 1920
-    assert transformer_flops_per_token(10**6, 2, 8, 10) == 6_001_920
-    assert transformer_flops_per_token(10**6, 2, 8, 10, training=False) == 2_000_640
-    assert mfu(6e6, 100.0, 1.2e9) == pytest.approx(0.5)

@@ -1,0 +1,246 @@
+"""From a config to the parts of a run: data, tokenizer, learner, engine, verifiers, episode
+source, metric sinks, and the saved state to resume from. `build_run` does it in an order that
+fails fast: names are checked against the registries and data rows are validated before any
+model loads. Each part gets only its own settings record.
+
+Not here: what happens each step (`rlvr.trainer`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import time
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from rlvr.checkpoint import write_text_atomic
+from rlvr.checkpoint.state import TrainingState, load_latest_state
+from rlvr.config import Config, ConfigError, to_dict, to_yaml, warnings_for
+from rlvr.data import DataBundle, load_datasets, tokenize_datasets
+from rlvr.distributed.data_prep import DataPrepActor
+from rlvr.distributed.engine_group import EngineGroup
+from rlvr.distributed.trainer_learner import GroupLearner
+from rlvr.learner import Learner, LearnerSettings
+from rlvr.learner.forward import check_logit_path
+from rlvr.metrics import JsonlSink, MetricsLogger, ModelShape, build_sinks
+from rlvr.models import load_causal_lm, load_tokenizer, resolve_model_dir
+from rlvr.producer.groups import RewardShaping
+from rlvr.producer.prompt_selection import ActiveSampling
+from rlvr.producer.source import EpisodeSource, SourceSettings
+from rlvr.rewards.scorer import RewardScorer
+from rlvr.rollout import EngineSettings, RolloutEngine, create_engine
+from rlvr.types import SamplingParams
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Run:
+    """Everything a training step touches, built once by `build_run`."""
+
+    cfg: Config
+    output_dir: Path
+    tokenizer: object
+    data: DataBundle
+    learner: Learner | GroupLearner  # one process, or ranks elsewhere (distributed.launcher=ray)
+    engine: RolloutEngine
+    scorer: RewardScorer  # evaluation's; a data-preparation actor scores training batches
+    source: EpisodeSource | DataPrepActor  # a step's scored groups
+    logger: MetricsLogger
+    model_shape: ModelShape
+    state_dir: Path
+    episode: int = 0
+    start_step: int = 0  # the step a resumed run continues after
+    history: list[dict[str, float]] = field(default_factory=list)
+    resume_from: TrainingState | None = None  # the saved state `train` restores first
+    # Weight updates so far, the version the engines hold (0: the initial weights). Staleness
+    # counts the updates between a sample's version and this, not steps: a step without a
+    # batch changes no weights, and counting it made every batch look stale after a few.
+    policy_version: int = 0
+    started: float = field(default_factory=time.perf_counter)  # for time/elapsed
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def check_registered_names(cfg: Config) -> None:
+    """Every name the config picks from a registry exists; ConfigError naming all that do not.
+    Here rather than in `rlvr.config`, which imports no part of rlvr."""
+    from rlvr.algorithm.advantages import ADVANTAGE_NORMALIZATIONS
+    from rlvr.algorithm.losses import POLICY_LOSSES
+    from rlvr.learner.schedule import SCHEDULES
+    from rlvr.rewards import is_known_verifier
+    from rlvr.rewards.scorer import AGGREGATORS
+    from rlvr.rollout import ENGINES
+
+    a = cfg.algorithm
+    choices = [("algorithm.loss_fn", a.loss_fn, POLICY_LOSSES),
+               ("algorithm.advantage_normalization_type", a.advantage_normalization_type,
+                ADVANTAGE_NORMALIZATIONS),
+               ("optimizer.lr_scheduler_type", cfg.optimizer.lr_scheduler_type, SCHEDULES),
+               ("rollout.engine", cfg.rollout.engine, ENGINES),
+               ("rewards.reward_aggregator", cfg.rewards.reward_aggregator, AGGREGATORS)]
+    errors = [f"{field}={value!r} is not one of {sorted(known)}"
+              for field, value, known in choices if value not in known]
+    errors += [f"rewards.remap_verifier.{source}={target!r} is not a known verifier"
+               for source, target in cfg.rewards.remap_verifier.items()
+               if not is_known_verifier(target)]
+    if errors:
+        raise ConfigError("invalid config:\n  - " + "\n  - ".join(errors))
+
+
+def build_run(cfg: Config) -> Run:
+    check_registered_names(cfg)
+    seed_everything(cfg.experiment.seed)
+    for warning in warnings_for(cfg):
+        log.warning(warning)
+    if cfg.model.num_threads > 0:
+        torch.set_num_threads(cfg.model.num_threads)
+    output_dir = Path(cfg.experiment.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(output_dir / "config.yaml", to_yaml(cfg))
+    # Data first: a bad row fails before any model (or a 45 s conversion) is touched.
+    loaded = load_datasets(cfg.data, cfg.experiment.seed, cfg.rewards.remap_verifier)
+    model_dir = resolve_model_dir(cfg.model.name_or_path)
+    tokenizer = load_tokenizer(model_dir)
+    data = tokenize_datasets(loaded, cfg.data, tokenizer, cfg.experiment.seed)
+    policy = load_causal_lm(model_dir, cfg.model.dtype)
+    # Before any sharding: the learner must compute the logits the model's forward computes.
+    check_logit_path(policy)
+    if cfg.distributed.launcher == "ray":  # sized for learners and engines before either starts
+        from rlvr.distributed.ray_session import ensure_ray
+
+        r = cfg.rollout
+        ensure_ray(cfg.distributed.ray_address or None,
+                   cfg.world_size + r.vllm_num_engines * r.vllm_tensor_parallel_size)
+    learner = build_learner(cfg, model_dir, policy)
+    eos_ids = tuple(sorted({tokenizer.eos_token_id} | _generation_eos_ids(policy)))
+    engine = build_engine(cfg, model_dir, eos_ids, tokenizer.pad_token_id)
+    scorer = RewardScorer(**scorer_args(cfg))
+    source = build_source(cfg, data, engine, scorer)
+    state_dir = Path(cfg.checkpoint.checkpoint_state_dir or output_dir / "state")
+    state = load_latest_state(state_dir) if cfg.checkpoint.resume else None
+    if state is not None:  # before the sink opens the file: drop steps the state does not hold
+        JsonlSink.truncate_after(output_dir / "metrics.jsonl", state.step)
+    logger = MetricsLogger(build_sinks(cfg, output_dir, to_dict(cfg)))
+    run = Run(cfg=cfg, output_dir=output_dir, tokenizer=tokenizer, data=data, learner=learner,
+              engine=engine, scorer=scorer, source=source, logger=logger,
+              model_shape=ModelShape.of(policy), state_dir=state_dir, resume_from=state)
+    return run
+
+
+def learner_settings(cfg: Config) -> LearnerSettings:
+    opt = cfg.optimizer
+    return LearnerSettings(
+        learning_rate=opt.learning_rate, lr_scheduler_type=opt.lr_scheduler_type,
+        warm_up_steps=opt.warm_up_steps,
+        total_optimizer_steps=cfg.num_training_steps * cfg.algorithm.num_epochs,
+        weight_decay=opt.weight_decay, max_grad_norm=opt.max_grad_norm,
+        betas=(opt.adam_beta1, opt.adam_beta2), eps=opt.adam_eps,
+        bf16_autocast=cfg.model.bf16_autocast,
+        gradient_checkpointing=cfg.model.gradient_checkpointing)
+
+
+def build_learner(cfg: Config, model_dir: str, policy: torch.nn.Module) -> Learner | GroupLearner:
+    """The policy trained here (local launcher), or by Ray actors that load their own copies
+    and shard them (ray launcher); `policy` then stays the driver's copy for checkpoints."""
+    d = cfg.distributed
+    if d.launcher == "local":
+        reference = Learner.frozen_copy(policy) if cfg.loads_reference else None
+        return Learner(policy, reference, learner_settings(cfg))
+    from rlvr.distributed import LearnerGroup, LearnerSpec
+
+    spec = LearnerSpec(model_dir=str(model_dir), settings=learner_settings(cfg),
+                       dtype=cfg.model.dtype, sharding=d.sharding if cfg.world_size > 1 else
+                       "none", cpu_offload=d.cpu_offload, with_reference=cfg.loads_reference,
+                       timeout_s=d.collective_timeout_s, num_threads=actor_threads(cfg))
+    group = LearnerGroup(spec, num_learners=cfg.world_size, backend="ray",
+                         ray_address=d.ray_address or None,
+                         learners_per_node=list(d.num_learners_per_node))
+    return GroupLearner(group, policy)
+
+
+def actor_threads(cfg: Config) -> int:
+    """Torch threads per learner or engine actor: `model.num_threads`, else the node's cores
+    shared among its learners. Ray would leave one (it sets OMP_NUM_THREADS to the actor's
+    CPU count), which made a lone learner actor 3.5x slower here than the same learner
+    in process."""
+    if cfg.model.num_threads > 0:
+        return cfg.model.num_threads
+    return max(1, (os.cpu_count() or 1) // max(cfg.distributed.num_learners_per_node))
+
+
+def engine_settings(cfg: Config) -> EngineSettings:
+    """The rollout section's fields an engine reads (same names), for engines here or in
+    actors; nothing the trainer alone uses travels with them."""
+    r = cfg.rollout
+    return EngineSettings(**{f.name: getattr(r, f.name) for f in fields(EngineSettings)})
+
+
+def build_engine(cfg: Config, model_dir: str, eos_ids: tuple[int, ...],
+                 pad_id: int) -> RolloutEngine:
+    """The engine in this process, or `rollout.vllm_num_engines` engine actors behind the same
+    protocol."""
+    r, settings = cfg.rollout, engine_settings(cfg)
+    if r.vllm_num_engines == 0:
+        return create_engine(r.engine, model_dir, settings, eos_ids, pad_id)
+    return EngineGroup(r.vllm_num_engines, r.engine, str(model_dir), settings, eos_ids, pad_id,
+                       num_threads=actor_threads(cfg),
+                       cpus_per_engine=float(r.vllm_tensor_parallel_size),
+                       timeout_s=cfg.distributed.collective_timeout_s,
+                       ray_address=cfg.distributed.ray_address or None)
+
+
+def _generation_eos_ids(model: torch.nn.Module) -> set[int]:
+    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if eos is None:
+        return set()
+    return set(eos) if isinstance(eos, (list, tuple)) else {eos}
+
+
+def source_settings(cfg: Config) -> SourceSettings:
+    r, a = cfg.rollout, cfg.algorithm
+    return SourceSettings(
+        prompts_per_step=r.num_unique_prompts_rollout,
+        sampling=SamplingParams(n=r.num_samples_per_prompt_rollout, temperature=r.temperature,
+                                top_p=r.top_p, max_tokens=r.response_length,
+                                stop_strings=tuple(r.stop_strings), seed=cfg.experiment.seed),
+        shaping=reward_shaping(cfg),
+        active=ActiveSampling(a.active_sampling, a.active_sampling_max_rounds),
+        retire_pass_rate=a.no_resampling_pass_rate)
+
+
+def build_source(cfg: Config, data: DataBundle, engine: RolloutEngine,
+                 scorer: RewardScorer) -> EpisodeSource | DataPrepActor:
+    """Prompts -> engine -> scored groups: here, or in the data-preparation actor."""
+    if not cfg.distributed.data_prep_actor:
+        return EpisodeSource(data.train, engine, scorer, source_settings(cfg))
+    return DataPrepActor(data.train, engine, source_settings(cfg), scorer_args(cfg),
+                         timeout_s=cfg.distributed.collective_timeout_s)
+
+
+def scorer_args(cfg: Config) -> dict:
+    rw = cfg.rewards
+    return {"num_workers": rw.num_workers, "timeout_s": rw.timeout_s,
+            "aggregator": rw.reward_aggregator}
+
+
+def reward_shaping(cfg: Config) -> RewardShaping:
+    a, rw = cfg.algorithm, cfg.rewards
+    return RewardShaping(
+        non_stop_penalty=a.non_stop_penalty, non_stop_penalty_value=a.non_stop_penalty_value,
+        overlong_buffer=a.overlong_buffer, overlong_penalty_factor=a.overlong_penalty_factor,
+        max_tokens=cfg.rollout.response_length,
+        format_reward=rw.apply_r1_style_format_reward,
+        format_reward_value=rw.r1_style_format_reward,
+        additive_format_reward=rw.additive_format_reward)
+
+

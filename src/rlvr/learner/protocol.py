@@ -1,0 +1,84 @@
+"""What the training loop needs from a learner, and the training state every learner shares.
+
+Two learners satisfy `LearnerProtocol`: `rlvr.learner.Learner` (the policy in this process) and
+`rlvr.distributed.GroupLearner` (ranks in Ray actors, FSDP2). The loop holds one as
+`run.learner` and calls nothing else on it, so it needs no `isinstance` to train, save, resume
+or close; a launcher-specific extra (such as `GroupLearner.broadcast_to`) stays off this surface.
+
+Both write and read one `LearnerState`, keyed by parameter NAME, so a state saved under one
+launcher resumes under the other and on any number of ranks. This module holds no code that
+builds or converts states: `Learner.training_state` does (`torch.distributed.checkpoint`'s
+full state dicts, which also serve a sharded policy).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator, Protocol, TypedDict, runtime_checkable
+
+import torch
+
+from rlvr.algorithm.losses import PolicyLoss
+from rlvr.learner.learner import UpdateResult
+from rlvr.types import PackedBatch
+
+
+class LearnerState(TypedDict):
+    """Exact-resume state of a learner, full (unsharded) and on CPU.
+
+    - `policy`, `reference`: model state dicts, parameter name -> tensor (tied weights appear
+      under each of their names, as `nn.Module.state_dict` gives them); `reference` is None
+      without a reference model.
+    - `optimizer`: `{"state": {name: {"step": [], "exp_avg": [*shape], "exp_avg_sq": [*shape]}},
+      "param_groups": [{"lr": ..., "betas": ..., ..., "params": [name, ...]}]}` for AdamW, as
+      `torch.distributed.checkpoint.state_dict.get_optimizer_state_dict` returns it with
+      `full_state_dict=True`: keyed by parameter name, a tied parameter once under its first
+      name. `state` is empty until the first optimizer step.
+    - `scheduler`: the LR scheduler's `state_dict()`.
+    """
+
+    policy: dict[str, torch.Tensor]
+    reference: dict[str, torch.Tensor] | None
+    optimizer: dict[str, Any]
+    scheduler: dict[str, Any]
+
+
+@runtime_checkable
+class LearnerProtocol(Protocol):
+    """The learner surface of the training loop (`rlvr.trainer`)."""
+
+    @property
+    def policy(self) -> torch.nn.Module:
+        """A full copy of the policy in this process, current as of the last update: what
+        checkpoints save."""
+        ...
+
+    def update(self, batch: PackedBatch, loss: PolicyLoss, num_micro_batches: int,
+               num_epochs: int, temperature: float) -> UpdateResult:
+        """`num_epochs` optimizer steps over `batch`, each accumulating `num_micro_batches`
+        parts; `loss.params.denominator` is the whole batch's count."""
+        ...
+
+    def skip_update(self, num_epochs: int) -> None:
+        """A step without a batch: no optimizer step, but the schedule moves."""
+        ...
+
+    def update_reference(self, alpha: float) -> None:
+        """Polyak step of the frozen reference toward the policy."""
+        ...
+
+    def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """The policy's full weights by name, to send to an engine."""
+        ...
+
+    def training_state(self) -> LearnerState:
+        """Everything exact resume needs; save it before the next update (tensors may be the
+        live ones)."""
+        ...
+
+    def load_training_state(self, state: LearnerState) -> None:
+        """Restore what any learner's `training_state` returned."""
+        ...
+
+    def close(self) -> None:
+        """Release what the learner holds (processes, process groups); safe to call twice."""
+        ...

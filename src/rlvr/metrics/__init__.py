@@ -1,0 +1,10 @@
+"""Step metrics: where they go (`sinks`) and the learner's throughput and MFU (`throughput`)."""
+
+from rlvr.metrics.sinks import (ConsoleSink, JsonlSink, MetricSink, MetricsLogger, StepTimer,
+                                TensorBoardSink, WandbSink, build_sinks)
+from rlvr.metrics.throughput import (ModelShape, default_peak_flops, learner_throughput, mfu,
+                                     transformer_flops_per_token)
+
+__all__ = ["ConsoleSink", "JsonlSink", "MetricSink", "MetricsLogger", "StepTimer",
+           "TensorBoardSink", "WandbSink", "build_sinks", "ModelShape", "default_peak_flops",
+           "learner_throughput", "mfu", "transformer_flops_per_token"]

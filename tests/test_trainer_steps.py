@@ -1,0 +1,125 @@
+"""The loop's bookkeeping around steps: empty batches, policy versions and staleness, the
+schedule, signals during a spell of empty batches, and the defaults that follow from the
+config (reference loading, rho correction). On the tiny random model almost every group scores
+all zeros, so with zero-std filtering on almost every step has an empty batch."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from rlvr.config import load_config
+from rlvr.trainer import train
+
+TINY = "configs/tiny.yaml"
+
+
+def _cfg(tmp_path, *overrides):
+    return load_config(TINY, [f"experiment.output_dir={tmp_path}", "logging.progress_bar=false",
+                              "eval.local_eval_every=0", "eval.eval_at_start=false",
+                              "checkpoint.save_final=false", "checkpoint.save_freq=0",
+                              *overrides])
+
+
+def _rows(out):
+    return [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()][1:]
+
+
+@pytest.mark.timeout(180)
+def test_async_run_with_empty_batches_ends_and_is_never_stale(tmp_path):
+    # The audit's reproduction: before, the version was taken as step - 1 while the engine's
+    # moved only on updates, so after two empty steps every batch looked stale and the loop
+    # redrew forever (still running after 12 minutes).
+    run = train(_cfg(tmp_path, "rollout.async_steps=1", "experiment.total_episodes=96"))
+    rows = _rows(tmp_path)
+    assert [r["training_step"] for r in rows] == [1, 2, 3, 4, 5, 6]
+    assert sum(r.get("optim/skipped_empty_batch", 0) for r in rows) >= 3
+    assert all(r["async/stale_results_dropped"] == 0 for r in rows)
+    assert all(r["async/num_steps_off_policy"] <= 1 for r in rows)
+    updates = sum("optim/lr" in r for r in rows)
+    assert run.policy_version == updates
+
+
+def test_synchronous_runs_are_never_off_policy(tmp_path):
+    # Before: a synchronous step after an empty one read num_steps_off_policy 1.0.
+    train(_cfg(tmp_path, "experiment.total_episodes=96"))
+    rows = _rows(tmp_path)
+    assert sum(r.get("optim/skipped_empty_batch", 0) for r in rows) >= 1
+    assert all(r["async/num_steps_off_policy"] == 0.0 for r in rows)
+
+
+def test_the_schedule_counts_steps_with_empty_batches(tmp_path):
+    # Linear decay over 6 steps, most of them empty: the schedule still ends at step 6.
+    run = train(_cfg(tmp_path, "experiment.total_episodes=96"))
+    assert run.learner.scheduler.last_epoch == 6
+    assert run.learner.scheduler.get_last_lr()[0] == pytest.approx(0.0)
+    for r in _rows(tmp_path):
+        if "optim/lr" in r:  # the rate the update used: the schedule's at that step
+            assert r["optim/lr"] == pytest.approx(1e-3 * (1 - (r["training_step"] - 1) / 6))
+
+
+def test_reference_loaded_at_beta_zero_logs_kl(tmp_path):
+    # load_ref_policy=true with beta 0 was accepted and ignored; now it loads the reference and
+    # logs the KL estimates without penalising (open-instruct).
+    run = train(_cfg(tmp_path, "algorithm.beta=0.0", "algorithm.load_ref_policy=true",
+                     "algorithm.filter_zero_std_samples=false"))
+    assert run.learner.reference is not None
+    rows = _rows(tmp_path)
+    assert all("objective/kl2_avg" in r for r in rows) and all(r["loss/kl_avg"] == 0 for r in rows)
+    assert rows[-1]["objective/kl0_avg"] != 0.0  # the policy moved away from the reference
+    # the default: no reference without a penalty
+    assert not _cfg(tmp_path, "algorithm.beta=0.0").loads_reference
+
+
+def test_async_runs_correct_off_policy_samples_by_default(tmp_path):
+    cfg = _cfg(tmp_path, "rollout.async_steps=1", "algorithm.filter_zero_std_samples=false")
+    assert cfg.uses_rho_correction
+    train(cfg)
+    assert all("val/rho_mean" in r for r in _rows(tmp_path))
+    assert not _cfg(tmp_path, "rollout.async_steps=0").uses_rho_correction
+
+
+def test_policy_metrics_average_over_the_tokens_they_summed(tmp_path):
+    # Masked IS with bounds so tight that engine/learner float noise drops many tokens: the
+    # ratio of the kept tokens is exactly 1 (one epoch, on-policy). Before, the sums over kept
+    # tokens were divided by every response token: val/ratio read the kept fraction (token
+    # mode) or 0 (sequence mode).
+    for mode in ("token", "sequence"):
+        out = tmp_path / mode
+        train(_cfg(out, "algorithm.filter_zero_std_samples=false",
+                   "algorithm.rho_correction=true", f"algorithm.rho_mask={mode}",
+                   "algorithm.rho_clamp_lower=0.9999999", "algorithm.rho_clamp_upper=1.0000001"))
+        for r in _rows(out):
+            if r["val/rho_masked_frac"] < 1.0:
+                assert r["val/ratio"] == pytest.approx(1.0, abs=1e-6), (mode, r)
+
+
+@pytest.mark.timeout(240)
+def test_sigterm_during_a_spell_of_empty_batches_stops_within_a_step_with_state(tmp_path):
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "rlvr.cli", "train", TINY, f"experiment.output_dir={out}",
+           "rollout.async_steps=1", "experiment.total_episodes=800", "eval.local_eval_every=0",
+           "logging.progress_bar=false", "checkpoint.checkpoint_state_freq=1000"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "RLVR_TEST_THREADS": "1"})
+    metrics = out / "metrics.jsonl"
+    deadline = time.time() + 150
+    while time.time() < deadline and (not metrics.exists()
+                                      or len(metrics.read_text().splitlines()) < 4):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    sent = time.time()
+    try:
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()  # a run that ignores the signal must not outlive the test
+    assert proc.returncode == 128 + signal.SIGTERM, err[-2000:]
+    assert time.time() - sent < 30  # one tiny step is about a second
+    assert "stopped by SIGTERM" in err
+    last = json.loads(metrics.read_text().splitlines()[-1])["training_step"]
+    states = sorted(p.name for p in (out / "state").iterdir())
+    assert states and states[-1] in (f"step_{last:06d}", f"step_{last - 1:06d}")

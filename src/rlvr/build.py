@@ -26,7 +26,7 @@ from rlvr.distributed.data_prep import DataPrepActor
 from rlvr.distributed.engine_group import EngineGroup
 from rlvr.distributed.trainer_learner import GroupLearner
 from rlvr.learner import Learner, LearnerSettings
-from rlvr.learner.forward import check_logit_path
+from rlvr.learner.forward import check_attention_window, check_logit_path
 from rlvr.metrics import JsonlSink, MetricsLogger, ModelShape, build_sinks
 from rlvr.models import load_causal_lm, load_tokenizer, resolve_model_dir
 from rlvr.producer.groups import RewardShaping
@@ -114,7 +114,11 @@ def build_run(cfg: Config) -> Run:
     data = tokenize_datasets(loaded, cfg.data, tokenizer, cfg.experiment.seed)
     policy = load_causal_lm(model_dir, cfg.model.dtype)
     # Before any sharding: the learner must compute the logits the model's forward computes.
-    check_logit_path(policy)
+    try:
+        check_logit_path(policy)
+        check_attention_window(policy, cfg.data.max_prompt_length + cfg.rollout.response_length)
+    except ValueError as e:  # a model the learner cannot train faithfully: the user's input
+        raise ConfigError(f"model.name_or_path={cfg.model.name_or_path!r}: {e}") from e
     if cfg.distributed.launcher == "ray":  # sized for learners and engines before either starts
         from rlvr.distributed.ray_session import ensure_ray
 

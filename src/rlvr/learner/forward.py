@@ -272,3 +272,25 @@ def _describe(own_NV: torch.Tensor, ours_NV: torch.Tensor) -> str:
                 f"distribution at temperature {scale:.4g}")
     return (f"not a rescaling, since the closest scale ({scale:.3g}) leaves {residual:.2g} of the "
             "difference; a soft-cap, a bias or another head")
+
+
+def check_attention_window(model: torch.nn.Module, max_sequence_length: int) -> None:
+    """Raise ValueError if the model's sliding-window attention is shorter than a sequence.
+
+    Packed rows carry one boolean 4-D mask for every layer (`packed_attention_mask`), which has
+    no window: a sliding-window layer would see keys its own forward hides, and logprobs drift
+    (0.78 nats measured on a tiny Gemma2 with a window of 4). While every sequence fits in the
+    window the two agree, so only longer sequences are refused.
+    """
+    config = model.config.get_text_config()
+    window = getattr(config, "sliding_window", None)
+    layer_types = getattr(config, "layer_types", None)
+    if window is None or (layer_types is not None and "sliding_attention" not in layer_types):
+        return
+    if window < max_sequence_length:
+        raise ValueError(
+            f"{type(model).__name__} attends through a sliding window of {window} tokens, "
+            f"shorter than the longest sequence ({max_sequence_length} = "
+            "data.max_prompt_length + rollout.response_length): the learner's packed mask has "
+            "no window, so its logprobs would differ from the model's. Shorten the sequences "
+            f"to at most {window} tokens.")

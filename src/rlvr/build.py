@@ -25,7 +25,7 @@ from rlvr.data import DataBundle, load_datasets, tokenize_datasets
 from rlvr.distributed.data_prep import DataPrepActor
 from rlvr.distributed.engine_group import EngineGroup
 from rlvr.distributed.trainer_learner import GroupLearner
-from rlvr.learner import Learner, LearnerSettings
+from rlvr.learner import Learner, LearnerProtocol, LearnerSettings
 from rlvr.learner.forward import check_attention_window, check_logit_path
 from rlvr.metrics import JsonlSink, MetricsLogger, ModelShape, build_sinks
 from rlvr.models import load_causal_lm, load_tokenizer, resolve_model_dir
@@ -47,7 +47,7 @@ class Run:
     output_dir: Path
     tokenizer: object
     data: DataBundle
-    learner: Learner | GroupLearner  # one process, or ranks elsewhere (distributed.launcher=ray)
+    learner: LearnerProtocol  # one process, or ranks elsewhere (distributed.launcher=ray)
     engine: RolloutEngine
     scorer: RewardScorer  # evaluation's; a data-preparation actor scores training batches
     source: EpisodeSource | DataPrepActor  # a step's scored groups
@@ -153,7 +153,7 @@ def learner_settings(cfg: Config) -> LearnerSettings:
         gradient_checkpointing=cfg.model.gradient_checkpointing)
 
 
-def build_learner(cfg: Config, model_dir: str, policy: torch.nn.Module) -> Learner | GroupLearner:
+def build_learner(cfg: Config, model_dir: str, policy: torch.nn.Module) -> LearnerProtocol:
     """The policy trained here (local launcher), or by Ray actors that load their own copies
     and shard them (ray launcher); `policy` then stays the driver's copy for checkpoints."""
     d = cfg.distributed

@@ -57,7 +57,8 @@ def restore_state(run: Run, state: TrainingState) -> None:
         # it; what fails here is a state of another model or config.
         raise RuntimeError(
             f"the training state in {run.state_dir} (step {state.step}) does not fit this "
-            f"run's model and optimizer: {e}. checkpoint.resume=false starts fresh") from e
+            f"run's model and optimizer (or was written by an older rlvr whose local launcher "
+            f"keyed the optimizer by index): {e}. checkpoint.resume=false starts fresh") from e
     run.source.load_mixer_state(state.mixer)
     restore_rng(state.rng)
     run.episode, run.start_step = state.episode, state.step

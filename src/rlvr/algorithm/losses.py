@@ -67,14 +67,11 @@ _UNITS = ("token", "sequence")  # what a denominator can count
 
 @dataclass(frozen=True)
 class RegisteredLoss:
-    """A `POLICY_LOSSES` entry: a loss's per-token terms (it is called like them) and what its
-    denominator counts: response tokens, or sequences (per-sequence means)."""
+    """A `POLICY_LOSSES` entry: a loss's per-token terms and what its denominator counts:
+    response tokens, or sequences (per-sequence means)."""
 
     terms: PolicyLossFn
     per: str = "token"
-
-    def __call__(self, inputs: LossInputs, params: LossParams) -> TokenTerms:
-        return self.terms(inputs, params)
 
 
 POLICY_LOSSES: Registry[RegisteredLoss] = Registry("loss_fn")
@@ -172,7 +169,7 @@ def cispo_loss(inputs: LossInputs, params: LossParams) -> TokenTerms:
 
 
 def compute_policy_loss(name: str, inputs: LossInputs, params: LossParams) -> LossOutputs:
-    loss_terms = POLICY_LOSSES.lookup(name)
+    loss_terms = POLICY_LOSSES.lookup(name).terms
     if params.beta > 0 and inputs.ref_logprobs_RL is None:
         raise ValueError("beta > 0 needs reference logprobs")
     terms = loss_terms(inputs, params)

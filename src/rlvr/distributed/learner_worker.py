@@ -25,7 +25,6 @@ from rlvr.distributed.sharding import (ShardingMode, gather_full_state_dict, res
                                        shard_policy, sharded_forward_logprobs)
 from rlvr.distributed.world import DEFAULT_TIMEOUT_S, World, destroy_world, init_world
 from rlvr.learner import Learner, LearnerSettings, LearnerState, UpdateResult
-from rlvr.learner.forward import check_logit_path
 from rlvr.learner.learner import LossFn, load_optimizer_state_by_name
 from rlvr.models import load_causal_lm
 from rlvr.rollout.weight_sync import BroadcastTransport, layout_of
@@ -81,8 +80,8 @@ class LearnerWorker:
         else:
             self.world = init_world(self.rank, self.world_size, init_method,
                                     timeout_s=spec.timeout_s)
+        # The driver ran the load-time model checks on this directory and dtype (rlvr.build).
         policy = load_causal_lm(spec.model_dir, spec.dtype)
-        check_logit_path(policy)  # the driver checked its copy; this rank may load another dtype
         # Copied before sharding: FSDP2 rewrites the module in place, and each copy needs its
         # own sharded parameters.
         reference = Learner.frozen_copy(policy) if spec.with_reference else None

@@ -148,3 +148,13 @@ def test_steps_without_a_batch_still_move_the_schedule(tiny_model):
             rates.append(learner.update(batch, _loss_fn(batch), 1, 1, 1.0).learning_rate)
     assert rates == pytest.approx([7.5e-4, 2.5e-4])
     assert learner.scheduler.get_last_lr()[0] == pytest.approx(0.0)
+
+
+def test_bf16_autocast_runs_on_the_weights_device(tiny_model):
+    # The autocast device comes from the policy's parameters (cpu here, cuda on a GPU).
+    import math
+
+    batch = _batch(n=2)
+    learner = Learner(tiny_model, None, _settings(bf16_autocast=True))
+    result = learner.update(batch, _loss_fn(batch), 1, 1, 1.0)
+    assert math.isfinite(result.grad_norm) and result.grad_norm > 0

@@ -209,7 +209,9 @@ class Learner:
 
     def _autocast(self):
         if self.settings.bf16_autocast:
-            return torch.autocast("cpu", dtype=torch.bfloat16)
+            # The device the weights live on, not a literal: the same code runs on GPUs.
+            device_type = next(self.policy.parameters()).device.type
+            return torch.autocast(device_type, dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
     @torch.no_grad()

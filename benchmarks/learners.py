@@ -127,7 +127,7 @@ def main() -> None:
         settings = LearnerSettings(learning_rate=opt.learning_rate, lr_scheduler_type="constant",
                                    warm_up_steps=0, total_optimizer_steps=args.steps + 1,
                                    max_grad_norm=opt.max_grad_norm,
-                                   bf16_autocast=cfg.model.bf16_autocast)
+                                   bf16_autocast=bool(cfg.model.bf16_autocast))
         return LearnerSpec(model_dir=model_dir, settings=settings, dtype=cfg.model.dtype,
                            sharding=args.sharding, with_reference=cfg.algorithm.beta > 0,
                            num_threads=threads, timeout_s=300)

@@ -30,3 +30,14 @@ def tiny_model(tiny_model_dir):
     from rlvr.models import load_causal_lm
 
     return load_causal_lm(tiny_model_dir)
+
+
+@pytest.fixture(autouse=True)
+def _fp32_unless_asked(monkeypatch):
+    """Tests compare numbers at fp32 tolerances; on a CPU with native bf16, `model.bf16_autocast`
+    null would turn bf16 on. Pin the detection to "not native" (tests of the detection itself
+    patch `rlvr.device.cpu_flags`)."""
+    import rlvr.device
+
+    monkeypatch.setattr(rlvr.device, "cpu_has_native_bf16", lambda: False)
+    monkeypatch.setattr("rlvr.build.cpu_has_native_bf16", lambda: False, raising=False)

@@ -69,6 +69,18 @@ def test_wrong_type_names_the_field():
     (["rollout.inflight_updates=true"], "rollout.inflight_updates"),
     (["rollout.async_steps=1", "algorithm.active_sampling=true"], "algorithm.active_sampling"),
     (["rollout.engine=vllm", "rollout.vllm_max_model_len=64"], "rollout.vllm_max_model_len"),
+    (["model.device=tpu"], "model.device"),
+    (["model.attn_implementation=eager"], "model.attn_implementation"),
+    (["checkpoint.state_format=zip"], "checkpoint.state_format"),
+    (["rollout.vllm_gpu_memory_utilization=1.5"], "rollout.vllm_gpu_memory_utilization"),
+    (["rollout.weight_sync_bucket_mb=0"], "rollout.weight_sync_bucket_mb"),
+    (["algorithm.max_tokens_per_micro_batch=512", "algorithm.pack_length=1024"],
+     "algorithm.max_tokens_per_micro_batch"),
+    # colocated vLLM: every reason named at once
+    (["rollout.colocate=true"], "rollout.engine=vllm"),
+    (["rollout.colocate=true", "rollout.engine=vllm", "rollout.async_steps=1"],
+     "rollout.async_steps=0"),
+    (["rollout.colocate=true", "rollout.engine=vllm"], "vllm_gpu_memory_utilization <= 0.7"),
 ])
 def test_incompatible_settings_name_their_fields(overrides, field):
     with pytest.raises(ConfigError, match=field.replace(".", r"\.")):

@@ -14,7 +14,7 @@ from safetensors.torch import load_file
 from rlvr.checkpoint.state import list_states, load_latest_state
 
 # Numbers that depend on wall time, not on the training.
-TIMING = ("time/", "learner_tokens_per_second_step", "learner_mfu")
+TIMING = ("time/", "learner_tokens_per_second_step", "learner_mfu", "memory/")  # measured
 
 
 def _cmd(out, episodes=96):

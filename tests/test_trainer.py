@@ -12,6 +12,7 @@ REQUIRED = ["loss/policy_avg", "loss/kl_avg", "loss/total_avg", "policy/clipfrac
             "policy/entropy_avg", "val/ratio", "objective/verifiable_reward",
             "real_batch_size_ratio", "packed_ratio", "val/sequence_lengths", "val/stop_rate",
             "time/generation", "time/training", "learner_tokens_per_second_step", "learner_mfu",
+            "memory/rss_gb",
             "episode"]
 
 

@@ -22,6 +22,7 @@ from rlvr.checkpoint import write_text_atomic
 from rlvr.checkpoint.state import TrainingState, load_latest_state
 from rlvr.config import Config, ConfigError, to_dict, to_yaml, warnings_for
 from rlvr.data import DataBundle, load_datasets, tokenize_datasets
+from rlvr.device import DeviceUnavailable, cpu_has_native_bf16, resolve_device
 from rlvr.distributed.data_prep import DataPrepActor
 from rlvr.distributed.engine_group import EngineGroup
 from rlvr.distributed.trainer_learner import GroupLearner
@@ -63,6 +64,25 @@ class Run:
     # batch changes no weights, and counting it made every batch look stale after a few.
     policy_version: int = 0
     started: float = field(default_factory=time.perf_counter)  # for time/elapsed
+    devices: "DevicePlan | None" = None  # where learners and engines compute
+
+
+@dataclass(frozen=True)
+class DevicePlan:
+    """Where a run computes, decided once on the driver (`plan_devices`) and handed to every
+    learner and engine, in this process or in actors: the device type, bf16 compute, and the
+    GPUs each actor asks Ray for."""
+
+    type: str  # "cuda" | "cpu"
+    bf16: bool  # bf16 matmuls (autocast, or FSDP2 mixed precision when sharded)
+    gpus_per_learner: int = 0
+    gpus_per_engine: int = 0
+
+    def describe(self) -> str:
+        return (f"device {self.type}, bf16 compute {'on' if self.bf16 else 'off'}, "
+                f"collectives {'nccl' if self.type == 'cuda' else 'gloo'}"
+                + (f", {self.gpus_per_learner} GPU per learner, {self.gpus_per_engine} per "
+                   "engine actor" if self.type == "cuda" else ""))
 
 
 def seed_everything(seed: int) -> None:
@@ -119,15 +139,24 @@ def build_run(cfg: Config) -> Run:
         check_attention_window(policy, cfg.data.max_prompt_length + cfg.rollout.response_length)
     except ValueError as e:  # a model the learner cannot train faithfully: the user's input
         raise ConfigError(f"model.name_or_path={cfg.model.name_or_path!r}: {e}") from e
+    cluster_gpus = None
     if cfg.distributed.launcher == "ray":  # sized for learners and engines before either starts
-        from rlvr.distributed.ray_session import ensure_ray
+        from rlvr.distributed.ray_session import cluster_gpus as ray_gpus, ensure_ray
 
         r = cfg.rollout
         ensure_ray(cfg.distributed.ray_address or None,
                    cfg.world_size + r.vllm_num_engines * r.vllm_tensor_parallel_size)
-    learner = build_learner(cfg, model_dir, policy)
+        cluster_gpus = ray_gpus()
+    devices = plan_devices(cfg, cluster_gpus)
+    if cfg.rollout.colocate and devices.type != "cuda":
+        raise ConfigError("rollout.colocate=true puts vLLM to sleep (a CUDA feature) so the "
+                          f"learner can use its GPU, but this run computes on {devices.type}; "
+                          "on CPU the engine and learner share memory without it: set "
+                          "rollout.colocate=false")
+    log.info("compute: %s", devices.describe())
+    learner = build_learner(cfg, model_dir, policy, devices)
     eos_ids = tuple(sorted({tokenizer.eos_token_id} | _generation_eos_ids(policy)))
-    engine = build_engine(cfg, model_dir, eos_ids, tokenizer.pad_token_id)
+    engine = build_engine(cfg, model_dir, eos_ids, tokenizer.pad_token_id, devices)
     scorer = RewardScorer(**scorer_args(cfg))
     source = build_source(cfg, data, engine, scorer)
     state_dir = Path(cfg.checkpoint.checkpoint_state_dir or output_dir / "state")
@@ -137,11 +166,41 @@ def build_run(cfg: Config) -> Run:
     logger = MetricsLogger(build_sinks(cfg, output_dir, to_dict(cfg)))
     run = Run(cfg=cfg, output_dir=output_dir, tokenizer=tokenizer, data=data, learner=learner,
               engine=engine, scorer=scorer, source=source, logger=logger,
-              model_shape=ModelShape.of(policy), state_dir=state_dir, resume_from=state)
+              model_shape=ModelShape.of(policy), state_dir=state_dir, resume_from=state,
+              devices=devices)
     return run
 
 
-def learner_settings(cfg: Config) -> LearnerSettings:
+def plan_devices(cfg: Config, cluster_gpus: float | None) -> DevicePlan:
+    """`model.device` against what exists: this process's devices (local launcher), or the Ray
+    cluster's GPUs (`cluster_gpus`; the driver of a GPU cluster may have none itself).
+    ConfigError naming what was asked and what exists when it does not fit."""
+    m, r = cfg.model, cfg.rollout
+    if cluster_gpus is None:
+        try:
+            device = resolve_device(m.device)
+        except DeviceUnavailable as e:
+            raise ConfigError(str(e)) from None
+        return DevicePlan(device.type, device.bf16_compute(m.bf16_autocast))
+    learner_gpus = cfg.world_size
+    engine_gpus = r.vllm_num_engines * r.vllm_tensor_parallel_size
+    wanted = learner_gpus + engine_gpus
+    if m.device == "cpu" or (m.device == "auto" and cluster_gpus < 1):
+        return DevicePlan("cpu", m.bf16_autocast if m.bf16_autocast is not None
+                          else cpu_has_native_bf16())
+    if cluster_gpus < wanted:
+        raise ConfigError(
+            f"model.device={m.device}: the run needs {wanted} GPUs ({learner_gpus} learners "
+            f"from distributed.num_learners_per_node={list(cfg.distributed.num_learners_per_node)}"
+            f" + rollout.vllm_num_engines={r.vllm_num_engines} x vllm_tensor_parallel_size="
+            f"{r.vllm_tensor_parallel_size}), but the Ray cluster has {cluster_gpus:g}")
+    # Every GPU rlvr is meant for (A100, H100, L40, ...) computes in bf16; a learner on one
+    # that does not is told so when it starts (`LearnerWorker.setup`).
+    return DevicePlan("cuda", True if m.bf16_autocast is None else m.bf16_autocast,
+                      gpus_per_learner=1, gpus_per_engine=r.vllm_tensor_parallel_size)
+
+
+def learner_settings(cfg: Config, bf16: bool = False) -> LearnerSettings:
     opt = cfg.optimizer
     return LearnerSettings(
         learning_rate=opt.learning_rate, lr_scheduler_type=opt.lr_scheduler_type,
@@ -149,26 +208,33 @@ def learner_settings(cfg: Config) -> LearnerSettings:
         total_optimizer_steps=cfg.num_training_steps * cfg.algorithm.num_epochs,
         weight_decay=opt.weight_decay, max_grad_norm=opt.max_grad_norm,
         betas=(opt.adam_beta1, opt.adam_beta2), eps=opt.adam_eps,
-        bf16_autocast=cfg.model.bf16_autocast,
-        gradient_checkpointing=cfg.model.gradient_checkpointing)
+        bf16_autocast=bf16,
+        gradient_checkpointing=cfg.model.gradient_checkpointing,
+        max_tokens_per_micro_batch=cfg.algorithm.max_tokens_per_micro_batch)
 
 
-def build_learner(cfg: Config, model_dir: str, policy: torch.nn.Module) -> LearnerProtocol:
-    """The policy trained here (local launcher), or by Ray actors that load their own copies
-    and shard them (ray launcher); `policy` then stays the driver's copy for checkpoints."""
+def build_learner(cfg: Config, model_dir: str, policy: torch.nn.Module,
+                  devices: DevicePlan) -> LearnerProtocol:
+    """The policy trained here (local launcher, moved to the run's device), or by Ray actors
+    that load their own copies and shard them (ray launcher); `policy` then stays the
+    driver's host copy for checkpoints."""
     d = cfg.distributed
+    settings = learner_settings(cfg, devices.bf16)
     if d.launcher == "local":
+        device = resolve_device(devices.type)
+        policy.to(device.torch)
         reference = Learner.frozen_copy(policy) if cfg.loads_reference else None
-        return Learner(policy, reference, learner_settings(cfg))
+        return Learner(policy, reference, settings, device=device.torch)
     from rlvr.distributed import LearnerGroup, LearnerSpec
 
-    spec = LearnerSpec(model_dir=str(model_dir), settings=learner_settings(cfg),
+    spec = LearnerSpec(model_dir=str(model_dir), settings=settings, device=devices.type,
                        dtype=cfg.model.dtype, sharding=d.sharding if cfg.world_size > 1 else
                        "none", cpu_offload=d.cpu_offload, with_reference=cfg.loads_reference,
                        timeout_s=d.collective_timeout_s, num_threads=actor_threads(cfg))
     group = LearnerGroup(spec, num_learners=cfg.world_size, backend="ray",
                          ray_address=d.ray_address or None,
-                         learners_per_node=list(d.num_learners_per_node))
+                         learners_per_node=list(d.num_learners_per_node),
+                         gpus_per_learner=devices.gpus_per_learner)
     return GroupLearner(group, policy)
 
 
@@ -182,25 +248,27 @@ def actor_threads(cfg: Config) -> int:
     return max(1, (os.cpu_count() or 1) // max(cfg.distributed.num_learners_per_node))
 
 
-def engine_settings(cfg: Config) -> EngineSettings:
+def engine_settings(cfg: Config, device: str = "auto") -> EngineSettings:
     """The rollout section's fields an engine reads (same names), for engines here or in
-    actors; nothing the trainer alone uses travels with them."""
+    actors, and the run's device type; nothing the trainer alone uses travels with them."""
     r = cfg.rollout
-    return EngineSettings(**{f.name: getattr(r, f.name) for f in fields(EngineSettings)})
+    return EngineSettings(device=device, **{f.name: getattr(r, f.name)
+                                            for f in fields(EngineSettings) if f.name != "device"})
 
 
 def build_engine(cfg: Config, model_dir: str, eos_ids: tuple[int, ...],
-                 pad_id: int) -> RolloutEngine:
+                 pad_id: int, devices: DevicePlan) -> RolloutEngine:
     """The engine in this process, or `rollout.vllm_num_engines` engine actors behind the same
     protocol."""
-    r, settings = cfg.rollout, engine_settings(cfg)
+    r, settings = cfg.rollout, engine_settings(cfg, devices.type)
     if r.vllm_num_engines == 0:
         return create_engine(r.engine, model_dir, settings, eos_ids, pad_id)
     return EngineGroup(r.vllm_num_engines, r.engine, str(model_dir), settings, eos_ids, pad_id,
                        num_threads=actor_threads(cfg),
                        cpus_per_engine=float(r.vllm_tensor_parallel_size),
                        timeout_s=cfg.distributed.collective_timeout_s,
-                       ray_address=cfg.distributed.ray_address or None)
+                       ray_address=cfg.distributed.ray_address or None,
+                       gpus_per_engine=devices.gpus_per_engine)
 
 
 def _generation_eos_ids(model: torch.nn.Module) -> set[int]:

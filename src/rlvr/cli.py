@@ -54,13 +54,15 @@ def _cmd_config(args: argparse.Namespace) -> int:
 
 def _cmd_generate(args: argparse.Namespace) -> int:
     _quiet_libraries()
+    from rlvr.device import resolve_device
     from rlvr.models import load_causal_lm, load_tokenizer, resolve_model_dir
     from rlvr.rollout.transformers_engine import TransformersEngine
     from rlvr.types import SamplingParams
 
     model_dir = resolve_model_dir(args.model)
     tokenizer = load_tokenizer(model_dir)
-    engine = TransformersEngine(load_causal_lm(model_dir), tokenizer, (tokenizer.eos_token_id,),
+    model = load_causal_lm(model_dir).to(resolve_device("auto").torch)
+    engine = TransformersEngine(model, tokenizer, (tokenizer.eos_token_id,),
                                 tokenizer.pad_token_id)
     ids = tokenizer.apply_chat_template([{"role": "user", "content": args.prompt}],
                                         add_generation_prompt=True, tokenize=True)
@@ -87,6 +89,16 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_env(args: argparse.Namespace) -> int:
+    from rlvr.environment import report
+
+    lines = report()
+    width = max(len(label) for label, _ in lines)
+    for label, value in lines:
+        print(f"{label:<{width}}  {value}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rlvr", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -94,6 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=helptext)
         p.add_argument("items", nargs="*", metavar="CONFIG.yaml | key.sub=value",
                        help="YAML files merged in order (a base, then presets), then overrides")
+    sub.add_parser("env", help="what rlvr sees: devices, bf16 support, library versions")
     p = sub.add_parser("prepare", help="convert built-in models into the local cache")
     p.add_argument("models", nargs="*", help="built-in model names (default: all)")
     g = sub.add_parser("generate", help="sample from a model or checkpoint directory")
@@ -110,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     args = build_parser().parse_args(argv)
     handlers = {"train": _cmd_train, "config": _cmd_config, "generate": _cmd_generate,
-                "prepare": _cmd_prepare}
+                "prepare": _cmd_prepare, "env": _cmd_env}
     try:
         return handlers[args.command](args)
     except ConfigError as e:

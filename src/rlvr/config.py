@@ -38,10 +38,20 @@ class ExperimentConfig:
 @dataclass
 class ModelConfig:
     name_or_path: str = "tiny-llama"  # built-in name, local HF directory, or hub id (online only)
-    dtype: str = "float32"  # learner weights: float32 | bfloat16
-    bf16_autocast: bool = False  # bf16 matmuls with fp32 weights (about 4x faster on this CPU)
+    # auto: CUDA when this process (or, under Ray, the cluster) has it, else CPU. The one knob
+    # that picks device, collective backend (NCCL / gloo) and default precision (rlvr.device).
+    device: str = "auto"
+    dtype: str = "float32"  # learner weights (the optimizer's master copy): float32 | bfloat16
+    # bf16 matmuls over the weights (autocast in one process; FSDP2 mixed precision, bf16
+    # parameters and fp32 gradient reduction, when sharded). null: on where bf16 is native
+    # (GPUs with bf16, CPUs with AVX512-BF16/AMX), off elsewhere (emulated bf16 is slower).
+    bf16_autocast: Optional[bool] = None
+    # Attention of packed rows: sdpa (a dense block-diagonal mask, any device) | flex (torch
+    # flex attention with a document mask, block-sparse) | flash_attention_2 (varlen kernels
+    # through packed position ids; CUDA with flash-attn installed).
+    attn_implementation: str = "sdpa"
     num_threads: int = 0  # torch intra-op threads; 0 keeps torch's default
-    gradient_checkpointing: bool = False
+    gradient_checkpointing: bool = False  # activation checkpointing of every decoder layer
 
 
 @dataclass
@@ -110,7 +120,19 @@ class RolloutConfig:
     # process; N >= 1 starts N actors of `engine` (vLLM, or transformers in tests), each
     # given a 1/N share of every batch and weights broadcast from learner rank 0.
     vllm_num_engines: int = 0
-    vllm_tensor_parallel_size: int = 1  # devices per vLLM engine (GPUs; untested on CPU)
+    vllm_tensor_parallel_size: int = 1  # GPUs per vLLM engine (tensor parallel)
+    # GPU engines: the share of each GPU's memory vLLM takes for weights and KV cache (on CPU,
+    # vllm_kv_cache_gb sizes it instead), and CUDA graphs off (eager) or on.
+    vllm_gpu_memory_utilization: float = 0.9
+    vllm_enforce_eager: bool = False
+    # One device shared by the learner and an in-process vLLM engine (the common single-GPU
+    # setup; TRL's vllm_mode=colocate): vLLM sleeps, releasing its weights and KV cache,
+    # while the learner trains, and wakes for generation. Needs engine=vllm, synchronous
+    # generation and a vllm_gpu_memory_utilization that leaves the learner room.
+    colocate: bool = False
+    # Weights travel from learner rank 0 to engine actors in buckets of at most this many MB,
+    # so a large model is never copied whole a second time on either side.
+    weight_sync_bucket_mb: int = 512
 
 
 @dataclass
@@ -152,6 +174,10 @@ class AlgorithmConfig:
     mask_truncated_completions: bool = False
     truncated_in_baseline: bool = False
     packing: str = "in_order"  # in_order (greedy) | first_fit_decreasing
+    # Cut each mini-batch into micro-batches of at most this many tokens (verl's dynamic batch
+    # size), so long reasoning traces fit in memory; null: num_mini_batches parts only. The loss
+    # is normalised over the whole batch, so the gradient does not depend on the cut.
+    max_tokens_per_micro_batch: Optional[int] = None
     num_mini_batches: int = 1  # gradient-accumulation micro-steps per optimizer step
     num_epochs: int = 1  # optimizer steps over the same batch
     pack_length: int = 1024
@@ -196,6 +222,10 @@ class CheckpointConfig:
     checkpoint_state_freq: int = 0  # steps between full training-state saves; 0 disables
     checkpoint_state_dir: Optional[str] = None  # default: <output_dir>/state
     keep_last_n_states: int = 2
+    # full: the learner's state gathered on rank 0 into one file (any launcher resumes it);
+    # sharded: torch.distributed.checkpoint, each rank writing its own shard (large models),
+    # resumable on any number of ranks.
+    state_format: str = "full"
     resume: bool = True  # continue from the latest good state in checkpoint_state_dir
 
 
@@ -384,6 +414,38 @@ def _check_rho(errors: list[str], cfg: Config) -> None:
                       "use rollout.top_p=1.0 or algorithm.rho_correction=false")
 
 
+def _check_gpu_settings(errors: list[str], cfg: Config) -> None:
+    r, a = cfg.rollout, cfg.algorithm
+    if not 0 < r.vllm_gpu_memory_utilization <= 1:
+        errors.append(f"rollout.vllm_gpu_memory_utilization={r.vllm_gpu_memory_utilization} "
+                      "must be in (0, 1]")
+    if r.weight_sync_bucket_mb < 1:
+        errors.append(f"rollout.weight_sync_bucket_mb={r.weight_sync_bucket_mb} must be >= 1")
+    if a.max_tokens_per_micro_batch is not None and a.max_tokens_per_micro_batch < a.pack_length:
+        errors.append(f"algorithm.max_tokens_per_micro_batch={a.max_tokens_per_micro_batch} is "
+                      f"below algorithm.pack_length={a.pack_length}: a packed row, which never "
+                      "splits, must fit in a micro-batch")
+    if r.colocate:
+        why = []
+        if r.engine != "vllm":
+            why.append(f"rollout.engine=vllm (not {r.engine!r}): only vLLM can sleep")
+        if r.vllm_num_engines != 0:
+            why.append(f"rollout.vllm_num_engines=0 (not {r.vllm_num_engines}): the colocated "
+                       "engine lives in the learner's process")
+        if r.async_steps != 0:
+            why.append(f"rollout.async_steps=0 (not {r.async_steps}): a sleeping engine cannot "
+                       "generate while the learner trains")
+        if cfg.distributed.launcher != "local":
+            why.append("distributed.launcher=local")
+        if r.vllm_gpu_memory_utilization > 0.7:
+            why.append(f"rollout.vllm_gpu_memory_utilization <= 0.7 (not "
+                       f"{r.vllm_gpu_memory_utilization}): while awake, vLLM's share and the "
+                       "learner's weights, gradients and Adam state (about 16 bytes per "
+                       "parameter in fp32) must fit on the one device together")
+        if why:
+            errors.append("rollout.colocate=true needs " + "; ".join(why))
+
+
 def _check_rewards(errors: list[str], rw: RewardsConfig) -> None:
     if rw.num_workers < 0 or rw.timeout_s <= 0:
         errors.append("rewards.num_workers must be >= 0 and rewards.timeout_s > 0")
@@ -413,6 +475,11 @@ def validate(cfg: Config) -> None:
     _check_rewards(errors, cfg.rewards)
     _check_async(errors, cfg)
     _choice(errors, "model.dtype", cfg.model.dtype, {"float32", "bfloat16"})
+    _choice(errors, "model.device", cfg.model.device, {"auto", "cpu", "cuda"})
+    _choice(errors, "model.attn_implementation", cfg.model.attn_implementation,
+            {"sdpa", "flex", "flash_attention_2"})
+    _choice(errors, "checkpoint.state_format", cfg.checkpoint.state_format, {"full", "sharded"})
+    _check_gpu_settings(errors, cfg)
     _choice(errors, "rollout.dtype", r.dtype, {"float32", "bfloat16"})
     _choice(errors, "data.on_bad_row", cfg.data.on_bad_row, {"error", "skip"})
     _choice(errors, "logging.wandb_mode", cfg.logging.wandb_mode, {"online", "offline", "disabled"})

@@ -11,6 +11,7 @@ source may each be Ray actors (`rlvr.distributed`) behind the same surfaces.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 
@@ -99,7 +100,7 @@ def one_training_step(run: Run, step: int, produced: tuple[Episodes, dict[str, f
         params = LossParams(
             clip_lower=a.clip_lower, clip_higher=a.clip_higher, beta=a.beta,
             kl_estimator=a.kl_estimator, denominator=a.loss_denominator or float(count), rho=rho)
-        with timer("training"):
+        with timer("training"), engine_asleep(run):
             result = run.learner.update(
                 batch, PolicyLoss(a.loss_fn, params), num_micro_batches=a.num_mini_batches,
                 num_epochs=a.num_epochs, temperature=cfg.rollout.temperature)
@@ -119,6 +120,20 @@ def one_training_step(run: Run, step: int, produced: tuple[Episodes, dict[str, f
     return metrics
 
 
+@contextlib.contextmanager
+def engine_asleep(run: Run):
+    """With `rollout.colocate`, the engine gives the shared device to the learner for the
+    update (vLLM sleep mode) and takes it back before the weights sync into it."""
+    if not run.cfg.rollout.colocate:
+        yield
+        return
+    run.engine.sleep()
+    try:
+        yield
+    finally:
+        run.engine.wake_up()
+
+
 def update_metrics(run: Run, result: UpdateResult) -> dict[str, float]:
     n = max(result.num_response_tokens, 1)
     metrics = summarize_loss_metrics(result.loss_sums)
@@ -130,7 +145,9 @@ def update_metrics(run: Run, result: UpdateResult) -> dict[str, float]:
         "optim/lr": result.learning_rate,
         "optim/skipped_steps": float(result.skipped_steps),
     })
-    metrics.update(learner_throughput(run.cfg, run.model_shape, result))
+    metrics.update(learner_throughput(run.cfg, run.model_shape, result,
+                                      bf16=run.devices is not None and run.devices.bf16))
+    metrics.update(result.memory)
     return metrics
 
 

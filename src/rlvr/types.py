@@ -133,7 +133,7 @@ class PackedBatch:
 
     def select_rows(self, rows: list[int]) -> "PackedBatch":
         """A sub-batch of whole rows (a micro-batch); units are never split across rows."""
-        idx = torch.tensor(rows, dtype=torch.long)
+        idx = torch.tensor(rows, dtype=torch.long, device=self.input_ids_RL.device)
         seq_RL = self.sequence_index_RL[idx]
         return PackedBatch(
             input_ids_RL=self.input_ids_RL[idx],
@@ -148,3 +148,28 @@ class PackedBatch:
             seq_lens_per_row=[self.seq_lens_per_row[i] for i in rows],
             num_sequences=int(seq_RL[self.response_mask_RL[idx]].unique().numel()),
         )
+
+    def trimmed(self) -> "PackedBatch":
+        """Without the columns past its longest row (a sub-batch is padded to the longest row
+        of the batch it came from). Units start at column 0, so the cut is pure padding."""
+        width = max(1, max((sum(lens) for lens in self.seq_lens_per_row), default=1))
+        if width == self.input_ids_RL.shape[1]:
+            return self
+        return PackedBatch(**{f: getattr(self, f)[:, :width] for f in _PACKED_TENSORS},
+                           seq_lens_per_row=self.seq_lens_per_row,
+                           num_sequences=self.num_sequences)
+
+    def to(self, device: torch.device, non_blocking: bool = False) -> "PackedBatch":
+        """The same batch on `device` (itself when it is there already). Batches are built on
+        the host; the learner moves each micro-batch to its device just before its forward."""
+        if self.input_ids_RL.device == device:
+            return self
+        moved = {f: getattr(self, f).to(device, non_blocking=non_blocking)
+                 for f in _PACKED_TENSORS}
+        return PackedBatch(**moved, seq_lens_per_row=self.seq_lens_per_row,
+                           num_sequences=self.num_sequences)
+
+
+_PACKED_TENSORS = ("input_ids_RL", "position_ids_RL", "response_mask_RL", "advantages_RL",
+                   "engine_logprobs_RL", "sequence_index_RL", "segment_ids_RL",
+                   "parent_segment_RL", "predictor_pos_RL")

@@ -92,3 +92,24 @@ def test_first_fit_decreasing_uses_fewer_rows():
         assert sorted(batch.sequence_index_RL[batch.response_mask_RL].tolist()) == [0, 1, 2, 3, 4]
     assert pack_sequences(seqs, 10, share_prompts=False,
                           strategy="first_fit_decreasing").num_rows == 2
+
+
+def test_micro_batches_by_token_budget_stay_within_it_and_keep_row_order():
+    from rlvr.algorithm.packing import micro_batch_cost, plan_micro_batches
+
+    rows = [250, 240, 30, 30, 30, 200, 10]
+    parts = plan_micro_batches(rows, 1, max_tokens=512)
+    assert [r for p in parts for r in p] == list(range(len(rows)))
+    assert all(micro_batch_cost([rows[r] for r in p]) <= 512 for p in parts)
+    assert parts == [[0, 1], [2, 3, 4], [5, 6]]  # 2 x 250; 3 x 30; 4 x 200 would not fit
+    # More parts asked than the budget needs: the fullest parts are halved, never merged.
+    more = plan_micro_batches(rows, 5, max_tokens=512)
+    assert len(more) == 5 and [r for p in more for r in p] == list(range(len(rows)))
+    assert all(micro_batch_cost([rows[r] for r in p]) <= 512 for p in more)
+    # A row over the budget is a micro-batch of its own (rows never split).
+    assert plan_micro_batches([600, 10, 10], 1, max_tokens=512) == [[0], [1, 2]]
+    # No budget: the even cut, as before.
+    assert plan_micro_batches(rows, 2) == [[0, 1, 2, 3], [4, 5, 6]]
+    # Dummy rows (no tokens) cost nothing; parts are padded with empties to the count asked.
+    assert micro_batch_cost([0, 0, 100]) == 100
+    assert plan_micro_batches([5], 3, max_tokens=64) == [[0], [], []]

@@ -114,3 +114,20 @@ def test_dummy_rows_add_no_loss_and_no_gradient(tiny_model):
         split_batch_for_ranks(batch.select_rows([0]), 2, 1).parts[1])
     assert loss_only_dummy.item() == 0.0
     assert all(not g.any() for g in grads_only_dummy)
+
+
+def test_a_token_budget_gives_every_rank_the_same_micro_batch_count():
+    from rlvr.algorithm.packing import SequenceToPack, micro_batch_cost, pack_sequences
+    from rlvr.algorithm.packing import plan_micro_batches
+    from rlvr.distributed.balance import split_batch_for_ranks
+
+    seqs = [SequenceToPack([1, 2, 3], [4] * (3 + i % 9), [-1.0] * (3 + i % 9), 1.0, i)
+            for i in range(14)]
+    batch = pack_sequences(seqs, pack_length=32)
+    split = split_batch_for_ranks(batch, 2, 1, max_tokens_per_micro_batch=40)
+    assert split.num_micro_batches > 1
+    for part in split.parts:
+        rows = [sum(lens) for lens in part.seq_lens_per_row]
+        cut = plan_micro_batches(rows, split.num_micro_batches, 40)
+        assert len(cut) == split.num_micro_batches  # exactly the count every rank runs
+        assert all(micro_batch_cost([rows[r] for r in p]) <= 40 for p in cut)

@@ -158,3 +158,38 @@ def test_bf16_autocast_runs_on_the_weights_device(tiny_model):
     learner = Learner(tiny_model, None, _settings(bf16_autocast=True))
     result = learner.update(batch, _loss_fn(batch), 1, 1, 1.0)
     assert math.isfinite(result.grad_norm) and result.grad_norm > 0
+
+
+def test_a_token_budget_cuts_micro_batches_without_changing_the_gradient(tiny_model_dir):
+    """verl's dynamic batch size: micro-batches of at most N token slots; the loss is
+    normalised over the whole batch, so the gradient equals the one-micro-batch gradient."""
+    from rlvr.algorithm.packing import micro_batch_cost, plan_micro_batches
+    from rlvr.models import load_causal_lm
+
+    batch = _batch(n=12, pack_length=24)
+    row_tokens = [sum(lens) for lens in batch.seq_lens_per_row]
+    budget = 48  # two full rows
+    parts = plan_micro_batches(row_tokens, 1, budget)
+    assert len(parts) >= 3 and all(micro_batch_cost([row_tokens[r] for r in p]) <= budget
+                                   for p in parts)
+
+    def grads(settings):
+        model = load_causal_lm(tiny_model_dir)
+        learner = Learner(model, None, settings)
+        seen = []
+        forward = learner.forward_fn
+        learner.forward_fn = lambda m, b, t, e: (seen.append(b.input_ids_RL.numel()),
+                                                 forward(m, b, t, e))[1]
+        captured = []
+        learner.optimizer.step = lambda: captured.append(
+            [p.grad.clone() for p in model.parameters() if p.grad is not None])
+        learner.update(batch, _loss_fn(batch), num_micro_batches=1, num_epochs=1,
+                       temperature=1.0)
+        return captured[0], seen
+
+    whole, seen_whole = grads(_settings())
+    cut, seen_cut = grads(_settings(max_tokens_per_micro_batch=budget))
+    assert len(seen_whole) == 1 and len(seen_cut) == len(parts)
+    assert max(seen_cut) <= budget  # padding columns trimmed: the budget bounds the tensors
+    for g1, g2 in zip(whole, cut):
+        torch.testing.assert_close(g2, g1, atol=1e-6, rtol=1e-4)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
+from rlvr.device import HOST
 from rlvr.types import PackedBatch
 
 
@@ -118,15 +119,15 @@ def pack_sequences(seqs: list[SequenceToPack], pack_length: int, pad_id: int = 0
 def _empty_tensors(rows: int, width: int, pad_id: int) -> dict[str, torch.Tensor]:
     shape = (rows, width)
     return {
-        "input_ids_RL": torch.full(shape, pad_id, dtype=torch.long),
-        "position_ids_RL": torch.zeros(shape, dtype=torch.long),
-        "response_mask_RL": torch.zeros(shape, dtype=torch.bool),
-        "advantages_RL": torch.zeros(shape, dtype=torch.float32),
-        "engine_logprobs_RL": torch.zeros(shape, dtype=torch.float32),
-        "sequence_index_RL": torch.full(shape, -1, dtype=torch.long),
-        "segment_ids_RL": torch.full(shape, -1, dtype=torch.long),
-        "parent_segment_RL": torch.full(shape, -1, dtype=torch.long),
-        "predictor_pos_RL": torch.full(shape, -1, dtype=torch.long),
+        "input_ids_RL": torch.full(shape, pad_id, dtype=torch.long, device=HOST),
+        "position_ids_RL": torch.zeros(shape, dtype=torch.long, device=HOST),
+        "response_mask_RL": torch.zeros(shape, dtype=torch.bool, device=HOST),
+        "advantages_RL": torch.zeros(shape, dtype=torch.float32, device=HOST),
+        "engine_logprobs_RL": torch.zeros(shape, dtype=torch.float32, device=HOST),
+        "sequence_index_RL": torch.full(shape, -1, dtype=torch.long, device=HOST),
+        "segment_ids_RL": torch.full(shape, -1, dtype=torch.long, device=HOST),
+        "parent_segment_RL": torch.full(shape, -1, dtype=torch.long, device=HOST),
+        "predictor_pos_RL": torch.full(shape, -1, dtype=torch.long, device=HOST),
     }
 
 
@@ -134,8 +135,8 @@ def _write_unit(t: dict[str, torch.Tensor], r: int, start: int, segment: int, un
                 seqs: list[SequenceToPack]) -> tuple[int, int]:
     p = len(unit.prompt_ids)
     prompt_segment = segment
-    t["input_ids_RL"][r, start:start + p] = torch.tensor(unit.prompt_ids)
-    t["position_ids_RL"][r, start:start + p] = torch.arange(p)
+    t["input_ids_RL"][r, start:start + p] = torch.tensor(unit.prompt_ids, device=HOST)
+    t["position_ids_RL"][r, start:start + p] = torch.arange(p, device=HOST)
     t["segment_ids_RL"][r, start:start + p] = prompt_segment
     t["sequence_index_RL"][r, start:start + p] = seqs[unit.members[0]].index
     cursor = start + p
@@ -143,17 +144,20 @@ def _write_unit(t: dict[str, torch.Tensor], r: int, start: int, segment: int, un
         s, n = seqs[i], len(seqs[i].response_ids)
         segment += 1
         span = slice(cursor, cursor + n)
-        t["input_ids_RL"][r, span] = torch.tensor(s.response_ids, dtype=torch.long)
-        t["position_ids_RL"][r, span] = torch.arange(p, p + n)
+        t["input_ids_RL"][r, span] = torch.tensor(s.response_ids, dtype=torch.long,
+                                                  device=HOST)
+        t["position_ids_RL"][r, span] = torch.arange(p, p + n, device=HOST)
         t["response_mask_RL"][r, span] = True
         t["advantages_RL"][r, span] = s.advantage
-        t["engine_logprobs_RL"][r, span] = torch.tensor(s.response_logprobs, dtype=torch.float32)
+        t["engine_logprobs_RL"][r, span] = torch.tensor(s.response_logprobs,
+                                                        dtype=torch.float32, device=HOST)
         t["sequence_index_RL"][r, span] = s.index
         t["segment_ids_RL"][r, span] = segment
         t["parent_segment_RL"][r, span] = prompt_segment
         # The first response token is predicted from the prompt's last position.
         t["predictor_pos_RL"][r, cursor] = start + p - 1
-        t["predictor_pos_RL"][r, cursor + 1:cursor + n] = torch.arange(cursor, cursor + n - 1)
+        t["predictor_pos_RL"][r, cursor + 1:cursor + n] = torch.arange(cursor, cursor + n - 1,
+                                                                       device=HOST)
         cursor += n
     return cursor, segment + 1
 
@@ -172,3 +176,33 @@ def split_rows(num_rows: int, num_parts: int) -> list[list[int]]:
         parts.append(list(range(start, start + size)))
         start += size
     return parts
+
+
+def micro_batch_cost(row_tokens: list[int]) -> int:
+    """Token slots a micro-batch of these rows occupies: its rows times its longest row (rows
+    are padded to the longest; the learner trims the columns past it). Empty rows (the dummy
+    rows that keep learner ranks in step) are not counted."""
+    return sum(1 for t in row_tokens if t) * max(row_tokens, default=0)
+
+
+def plan_micro_batches(row_tokens: list[int], num_parts: int,
+                       max_tokens: int | None = None) -> list[list[int]]:
+    """Rows cut into contiguous micro-batches. Without `max_tokens`: `num_parts` even parts
+    (`split_rows`). With it (verl's dynamic batch size): as few parts as keep every part's
+    `micro_batch_cost` within `max_tokens`, and at least `num_parts` (a rank must match its
+    peers' count); a row alone may exceed the budget (rows never split). The loss is
+    normalised by the whole batch's count, so the cut never changes the gradient."""
+    if max_tokens is None:
+        return split_rows(len(row_tokens), num_parts)
+    parts: list[list[int]] = []
+    for row, tokens in enumerate(row_tokens):
+        if parts and micro_batch_cost([row_tokens[r] for r in parts[-1]] + [tokens]) <= max_tokens:
+            parts[-1].append(row)
+        else:
+            parts.append([row])
+    # Too few parts: halve the part with the most rows (halving never raises a part's cost).
+    while len(parts) < num_parts and any(len(p) > 1 for p in parts):
+        k = max(range(len(parts)), key=lambda i: (len(parts[i]), -i))
+        half = (len(parts[k]) + 1) // 2
+        parts[k:k + 1] = [parts[k][:half], parts[k][half:]]
+    return parts + [[] for _ in range(num_parts - len(parts))]

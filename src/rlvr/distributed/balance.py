@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 import torch
 
+from rlvr.algorithm.packing import plan_micro_batches
+from rlvr.device import HOST
 from rlvr.types import PackedBatch
 
 # What a dummy (or padding) position holds in each [R, L] field of a PackedBatch. Token id 0
@@ -65,28 +67,26 @@ def micro_batches_per_rank(num_micro_batches: int, num_ranks: int, max_rows_on_a
     return max(1, min(math.ceil(num_micro_batches / num_ranks), max_rows_on_a_rank))
 
 
-def split_batch_for_ranks(batch: PackedBatch, num_ranks: int,
-                          num_micro_batches: int) -> RankSplit:
+def split_batch_for_ranks(batch: PackedBatch, num_ranks: int, num_micro_batches: int,
+                          max_tokens_per_micro_batch: int | None = None) -> RankSplit:
     """Rank r gets `parts[r]`: its balanced rows, trimmed to their longest row, topped up with
-    dummy rows to `num_micro_batches` rows so that every rank runs that many micro-batches."""
+    dummy rows to `num_micro_batches` rows so that every rank runs that many micro-batches.
+    With a token budget, the count is also at least what the fullest rank needs to keep each
+    micro-batch within it (`plan_micro_batches`); every rank then cuts its rows into exactly
+    that many."""
     row_tokens = [sum(lens) for lens in batch.seq_lens_per_row]
     rows_per_rank = assign_rows_to_ranks(row_tokens, num_ranks)
     micro = micro_batches_per_rank(num_micro_batches, num_ranks,
                                    max(len(rows) for rows in rows_per_rank))
+    if max_tokens_per_micro_batch is not None:
+        micro = max(micro, *(len(plan_micro_batches([row_tokens[i] for i in rows], 1,
+                                                    max_tokens_per_micro_batch))
+                             for rows in rows_per_rank))
     parts = []
     for rows in rows_per_rank:
-        part = _trim_padding(batch.select_rows(rows)) if rows else None
+        part = batch.select_rows(rows).trimmed() if rows else None
         parts.append(_with_dummy_rows(part, micro - len(rows)))
     return RankSplit(parts=parts, num_micro_batches=micro, row_indices=rows_per_rank)
-
-
-def _trim_padding(batch: PackedBatch) -> PackedBatch:
-    """Drop the columns past the longest row: the global batch is padded to ITS longest row,
-    which may sit on another rank. Units start at column 0, so the cut is pure padding."""
-    width = max(1, max(sum(lens) for lens in batch.seq_lens_per_row))
-    tensors = {name: getattr(batch, name)[:, :width] for name in _DUMMY_FILL}
-    return PackedBatch(**tensors, seq_lens_per_row=batch.seq_lens_per_row,
-                       num_sequences=batch.num_sequences)
 
 
 def _with_dummy_rows(batch: PackedBatch | None, count: int) -> PackedBatch:
@@ -96,10 +96,11 @@ def _with_dummy_rows(batch: PackedBatch | None, count: int) -> PackedBatch:
         assert batch is not None
         return batch
     width = batch.input_ids_RL.shape[1] if batch is not None else 1
+    device = batch.input_ids_RL.device if batch is not None else HOST
     tensors = {}
     for name, fill in _DUMMY_FILL.items():
         dtype = getattr(batch, name).dtype if batch is not None else _default_dtype(fill)
-        dummy_RL = torch.full((count, width), fill, dtype=dtype)
+        dummy_RL = torch.full((count, width), fill, dtype=dtype, device=device)
         tensors[name] = dummy_RL if batch is None else torch.cat([getattr(batch, name), dummy_RL])
     lens = (batch.seq_lens_per_row if batch is not None else []) + [[] for _ in range(count)]
     return PackedBatch(**tensors, seq_lens_per_row=lens,

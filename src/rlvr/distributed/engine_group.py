@@ -64,14 +64,18 @@ class EngineGroup:
     def __init__(self, num_engines: int, engine_name: str, model_dir: str, cfg: EngineSettings,
                  eos_token_ids: tuple[int, ...], pad_token_id: int, num_threads: int = 0,
                  cpus_per_engine: float = 1.0, timeout_s: float = 600.0,
-                 ray_address: str | None = None, worker_cls: type = EngineWorker):
+                 ray_address: str | None = None, worker_cls: type = EngineWorker,
+                 gpus_per_engine: float = 0.0):
+        """`gpus_per_engine`: GPUs each engine actor asks Ray for (its tensor-parallel size
+        on a GPU cluster, 0 on CPU)."""
         import ray
 
         if num_engines < 1:
             raise ValueError(f"an engine group needs at least one engine, not {num_engines}")
         ensure_ray(ray_address, math.ceil(num_engines * cpus_per_engine))
         actor_cls = ray.remote(worker_cls).options(
-            num_cpus=cpus_per_engine, max_concurrency=_ACTOR_CONCURRENCY, max_restarts=0,
+            num_cpus=cpus_per_engine, num_gpus=gpus_per_engine,
+            max_concurrency=_ACTOR_CONCURRENCY, max_restarts=0,
             runtime_env=thread_env(num_threads))
         self._attach([actor_cls.remote(engine_name, model_dir, cfg, eos_token_ids,
                                        pad_token_id, num_threads)
@@ -96,6 +100,10 @@ class EngineGroup:
     @property
     def actors(self) -> list:
         return self._actors.live()
+
+    def resources(self) -> list[dict[str, str]]:
+        """Each engine actor's GPUs as Ray gave them."""
+        return self._actors.call("resources", [()] * self.num_engines)
 
     # ---- the RolloutEngine surface -------------------------------------------------------
 

@@ -18,6 +18,7 @@ import threading
 
 import torch
 
+from rlvr.distributed.ray_session import actor_resources
 from rlvr.rollout import create_engine
 from rlvr.rollout.base import EngineSettings
 from rlvr.rollout.weight_sync import BroadcastReceiver
@@ -38,6 +39,10 @@ class EngineWorker:
     def ready(self) -> bool:
         """Returns once the engine is built (the constructor ran): a start-up barrier."""
         return True
+
+    def resources(self) -> dict[str, str]:
+        """The GPUs Ray gave this engine actor (vLLM uses what CUDA_VISIBLE_DEVICES shows)."""
+        return actor_resources()
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Completion]]:
         return self.engine.generate(prompts, params)

@@ -48,6 +48,10 @@ def combine_results(results: list[UpdateResult], seconds: float) -> UpdateResult
     sums: dict[str, float] = {}
     for r in results:
         accumulate_sums(sums, r.loss_sums)
+    memory: dict[str, float] = {}
+    for r in results:  # the fullest device is the one that runs out
+        for key, value in r.memory.items():
+            memory[key] = max(memory.get(key, value), value)
     first = results[0]
     return UpdateResult(
         loss_sums=sums,
@@ -58,7 +62,7 @@ def combine_results(results: list[UpdateResult], seconds: float) -> UpdateResult
         engine_diff_sum=sum(r.engine_diff_sum for r in results),
         engine_diff_max=max(r.engine_diff_max for r in results),
         grad_norm=first.grad_norm, learning_rate=first.learning_rate,
-        skipped_steps=first.skipped_steps, seconds=seconds)
+        skipped_steps=first.skipped_steps, seconds=seconds, memory=memory)
 
 
 class LearnerGroup:
@@ -66,12 +70,14 @@ class LearnerGroup:
 
     def __init__(self, spec: LearnerSpec, num_learners: int = 1, backend: str = "local",
                  ray_address: str | None = None, cpus_per_learner: float = 1.0,
-                 learners_per_node: list[int] | None = None, worker_cls: type = LearnerWorker):
+                 learners_per_node: list[int] | None = None, worker_cls: type = LearnerWorker,
+                 gpus_per_learner: float = 0.0):
         """`ray_address`: an existing cluster ("auto", "ray://host:10001", "host:6379"); None
         uses the Ray session already initialised in this process, else starts a small local
         one. `learners_per_node`: how many ranks each node runs (default: all on one node);
         ranks are numbered node by node. `worker_cls`: a LearnerWorker subclass (tests inject
-        faults)."""
+        faults). `gpus_per_learner`: GPUs each rank's actor asks Ray for (1 on a GPU
+        cluster; Ray then shows each actor only its own through CUDA_VISIBLE_DEVICES)."""
         if backend not in BACKENDS:
             raise ValueError(f"backend '{backend}' is not one of {BACKENDS}")
         if backend == "local" and num_learners != 1:
@@ -84,6 +90,8 @@ class LearnerGroup:
                              f"{num_learners} learners")
         self._placement_group = None
         self.rank_nodes: list[str] = ["local"] * num_learners  # the Ray node of each rank
+        self.rank_resources: list[dict[str, str]] = []  # each Ray rank's GPUs and device
+        self.gpus_per_learner = gpus_per_learner
         self._local: LearnerWorker | None = None  # the local backend's one rank
         self._actors: ActorGroup | None = None  # the Ray backend's ranks
         if backend == "local":
@@ -100,7 +108,8 @@ class LearnerGroup:
         one process (each rank runs ceil(M / N)); `loss_params.denominator` must be the whole
         batch's count."""
         start = time.perf_counter()
-        split = split_batch_for_ranks(batch, self.num_learners, num_micro_batches)
+        split = split_batch_for_ranks(batch, self.num_learners, num_micro_batches,
+                                      self.spec.settings.max_tokens_per_micro_batch)
         results = self._call("update", [
             (part, loss_name, loss_params, split.num_micro_batches, num_epochs, temperature)
             for part in split.parts])
@@ -174,22 +183,24 @@ class LearnerGroup:
 
         per_node = [n for n in self.learners_per_node if n > 0]
         ensure_ray(address, math.ceil(self.num_learners * cpus))
-        pg = placement_group([{"CPU": n * cpus} for n in per_node],
-                             strategy="PACK" if len(per_node) == 1 else "STRICT_SPREAD")
+        gpus = self.gpus_per_learner
+        bundles = [{"CPU": n * cpus, **({"GPU": n * gpus} if gpus else {})} for n in per_node]
+        pg = placement_group(bundles, strategy="PACK" if len(per_node) == 1 else "STRICT_SPREAD")
         self._placement_group = pg
         try:
             ray.get(pg.ready(), timeout=self.spec.timeout_s)
         except ray.exceptions.GetTimeoutError:
             self._remove_placement_group()
             raise LearnerGroupError(
-                f"Ray could not place learners {per_node} per node ({cpus} CPU each) within "
+                f"Ray could not place learners {per_node} per node ({cpus} CPU, {gpus} GPU "
+                f"each) within "
                 f"{self.spec.timeout_s:.0f} s; cluster resources: {ray.cluster_resources()}, "
                 f"nodes alive: {sum(1 for n in ray.nodes() if n.get('Alive'))}")
         bundle_of_rank = [node for node, n in enumerate(per_node) for _ in range(n)]
         actor_cls = ray.remote(worker_cls)
         workers = [
             actor_cls.options(
-                num_cpus=cpus, max_restarts=0, name=None,
+                num_cpus=cpus, num_gpus=gpus, max_restarts=0, name=None,
                 runtime_env=thread_env(self.spec.num_threads),
                 scheduling_strategy=PlacementGroupSchedulingStrategy(
                     pg, placement_group_bundle_index=bundle_of_rank[rank]),
@@ -203,8 +214,10 @@ class LearnerGroup:
                                     [()] + [None] * (self.num_learners - 1), "start")[0]
         self._call("setup", [(address,)] * self.num_learners)
         self.rank_nodes = self._call("node_id", [()] * self.num_learners)
-        log.info("learner ranks on Ray nodes: %s",
-                 ", ".join(f"{rank}:{node[:8]}" for rank, node in enumerate(self.rank_nodes)))
+        self.rank_resources = self._call("resources", [()] * self.num_learners)
+        log.info("learner ranks on Ray nodes: %s", ", ".join(
+            f"{rank}:{node[:8]} ({res['device']}, GPUs {res['gpu_ids'] or 'none'})"
+            for rank, (node, res) in enumerate(zip(self.rank_nodes, self.rank_resources))))
 
     def _remove_placement_group(self) -> None:
         import ray

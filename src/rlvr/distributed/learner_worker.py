@@ -13,6 +13,8 @@ combine results across ranks. It takes a loss as its name and parameters and bin
 
 from __future__ import annotations
 
+import dataclasses
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +22,8 @@ import torch
 from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
 from rlvr.algorithm.losses import LossParams, PolicyLoss
-from rlvr.distributed.ray_session import free_endpoint
+from rlvr.device import bind, resolve_device
+from rlvr.distributed.ray_session import actor_resources, free_endpoint
 from rlvr.distributed.sharding import (ShardingMode, gather_full_state_dict, reshard,
                                        shard_policy, sharded_forward_logprobs)
 from rlvr.distributed.world import DEFAULT_TIMEOUT_S, World, destroy_world, init_world
@@ -36,7 +39,10 @@ class LearnerSpec:
     """What every rank needs to build its share of the learner (picklable: sent to actors)."""
 
     model_dir: str  # a local directory every rank can read (resolve built-ins on the driver)
-    settings: LearnerSettings
+    settings: LearnerSettings  # its bf16_autocast is the run's resolved bf16 compute
+    # "cuda" | "cpu" as the driver resolved `model.device` for the cluster ("auto" lets each
+    # rank decide from what it sees); each rank picks its own GPU (`rlvr.device`).
+    device: str = "auto"
     dtype: str = "float32"  # "float32" | "bfloat16", as `rlvr.models.load_causal_lm`
     sharding: ShardingMode = "fsdp"  # "none" only for a single rank
     cpu_offload: bool = False
@@ -55,6 +61,7 @@ class LearnerWorker:
         self.world: World | None = None
         self.learner: Learner | None = None
         self._engines: BroadcastTransport | None = None  # rank 0 only, from the first push
+        self.device = None  # resolved in setup, on the rank's own process
 
     def rendezvous_address(self) -> str:
         """An init_method on this rank's host, for rank 0 to serve (only rank 0 is asked).
@@ -70,28 +77,45 @@ class LearnerWorker:
 
         return ray.get_runtime_context().get_node_id() if ray.is_initialized() else "local"
 
+    def resources(self) -> dict[str, str]:
+        """The GPUs Ray gave this rank and the device it computes on (after setup)."""
+        return {**actor_resources(), "device": str(self.device.torch) if self.device else ""}
+
     def setup(self, init_method: str | None) -> None:
         """Join the group (blocks until every rank has joined, or the timeout), load, shard."""
         spec = self.spec
         if spec.num_threads > 0:
             torch.set_num_threads(spec.num_threads)
+        # LOCAL_RANK: this rank's index on its node under torchrun / srun; a Ray actor sees
+        # only the GPU it was given, whatever its rank.
+        self.device = resolve_device(spec.device, int(os.environ.get("LOCAL_RANK", "0")))
+        bind(self.device)
         if self.world_size == 1:
             self.world = World.single()
         else:
             self.world = init_world(self.rank, self.world_size, init_method,
-                                    timeout_s=spec.timeout_s)
+                                    self.device.backend, timeout_s=spec.timeout_s)
         # The driver ran the load-time model checks on this directory and dtype (rlvr.build).
         policy = load_causal_lm(spec.model_dir, spec.dtype)
         # Copied before sharding: FSDP2 rewrites the module in place, and each copy needs its
         # own sharded parameters.
         reference = Learner.frozen_copy(policy) if spec.with_reference else None
         sharding = "none" if self.world_size == 1 else spec.sharding
-        shard_policy(policy, sharding, spec.cpu_offload, self.world)
-        if reference is not None:
-            shard_policy(reference, sharding, spec.cpu_offload, self.world)
+        settings = spec.settings
+        if sharding == "none":  # one rank: the weights move, autocast gives bf16 matmuls
+            policy.to(self.device.torch)
+            if reference is not None:
+                reference.to(self.device.torch)
+        else:  # FSDP2 moves the shards and casts them (mixed precision), so no autocast
+            bf16 = settings.bf16_autocast
+            shard_policy(policy, sharding, spec.cpu_offload, self.world, self.device, bf16)
+            if reference is not None:
+                shard_policy(reference, sharding, spec.cpu_offload, self.world, self.device,
+                             bf16)
+            settings = dataclasses.replace(settings, bf16_autocast=False)
         # The optimizer is built inside Learner, after sharding, so it holds the DTensors.
-        self.learner = Learner(policy, reference, spec.settings,
-                               forward_fn=sharded_forward_logprobs)
+        self.learner = Learner(policy, reference, settings, forward_fn=sharded_forward_logprobs,
+                               device=self.device.torch)
 
     def loss_fn(self, loss_name: str, loss_params: LossParams) -> LossFn:
         """The loss the learner runs (a seam: tests wrap it to inject faults)."""

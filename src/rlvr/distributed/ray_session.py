@@ -27,6 +27,23 @@ def ensure_ray(address: str | None, num_cpus: int) -> None:
              object_store_memory=128 * 2**20)
 
 
+def cluster_gpus() -> float:
+    """GPUs the connected Ray cluster has in all (0 without any)."""
+    import ray
+
+    return float(ray.cluster_resources().get("GPU", 0.0))
+
+
+def actor_resources() -> dict[str, str]:
+    """What Ray gave the calling actor: its GPU ids and what CUDA shows it (for the start-up
+    log, and tests that check placement on clusters with declared but absent GPUs)."""
+    import ray
+
+    gpu_ids = ray.get_gpu_ids() if ray.is_initialized() else []
+    return {"gpu_ids": ",".join(str(g) for g in gpu_ids),
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", "")}
+
+
 def node_ip() -> str:
     """This host's address as Ray sees it (other nodes can reach it); loopback without Ray."""
     try:

@@ -41,9 +41,10 @@ from typing import Literal
 import torch
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import (CPUOffloadPolicy, FSDPModule, OffloadPolicy, fully_shard,
-                                    register_fsdp_forward_method)
+from torch.distributed.fsdp import (CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy,
+                                    OffloadPolicy, fully_shard, register_fsdp_forward_method)
 
+from rlvr.device import Device
 from rlvr.distributed.world import World
 from rlvr.learner.forward import forward_logprobs
 from rlvr.types import PackedBatch
@@ -53,10 +54,15 @@ SHARDING_MODES: tuple[str, ...] = ("none", "ddp", "fsdp")
 
 
 def shard_policy(model: torch.nn.Module, mode: ShardingMode, cpu_offload: bool,
-                 world: World) -> torch.nn.Module:
-    """Shard `model` in place (and return it). Build the optimizer AFTER this: FSDP2 replaces
-    parameters with DTensors. All ranks must start from the same weights (load the same
-    checkpoint, or the same seed), since "ddp" and "fsdp" keep each rank's own slice of them."""
+                 world: World, device: Device, bf16_compute: bool = False) -> torch.nn.Module:
+    """Shard `model` in place (and return it) over the ranks' `device`s. Build the optimizer
+    AFTER this: FSDP2 replaces parameters with DTensors (and moves them to the device, or
+    keeps them on the host with `cpu_offload`). All ranks must start from the same weights
+    (load the same checkpoint, or the same seed), since "ddp" and "fsdp" keep each rank's own
+    slice of them. `bf16_compute`: FSDP2 mixed precision, each unit's gathered parameters cast
+    to bf16 for forward and backward while the sharded master weights, the optimizer state
+    and the gradient reduction stay in the weights' dtype (fp32 reduction: summing bf16
+    gradients across many ranks loses precision)."""
     if mode not in SHARDING_MODES:
         raise ValueError(f"sharding '{mode}' is not one of {SHARDING_MODES}")
     if mode == "none":
@@ -65,22 +71,24 @@ def shard_policy(model: torch.nn.Module, mode: ShardingMode, cpu_offload: bool,
                              f"{world.world_size} ranks")
         return model
     if mode == "fsdp":
-        mesh = init_device_mesh("cpu", (world.world_size,), mesh_dim_names=("shard",))
+        mesh = init_device_mesh(device.type, (world.world_size,), mesh_dim_names=("shard",))
     else:  # ddp: replicate over every rank, shard over a group of one
-        mesh = init_device_mesh("cpu", (world.world_size, 1),
+        mesh = init_device_mesh(device.type, (world.world_size, 1),
                                 mesh_dim_names=("replicate", "shard"))
     # Pinned host memory needs an accelerator runtime; without one pinning raises.
-    offload = (CPUOffloadPolicy(pin_memory=torch.cuda.is_available()) if cpu_offload
-               else OffloadPolicy())
+    offload = CPUOffloadPolicy(pin_memory=device.pin_memory) if cpu_offload else OffloadPolicy()
+    weights_dtype = next(model.parameters()).dtype
+    precision = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=weights_dtype)
+                 if bf16_compute and weights_dtype != torch.bfloat16 else MixedPrecisionPolicy())
     # One FSDP unit per decoder layer: only one layer's full weights exist at a time (fsdp),
     # and gradient reduction of a layer overlaps the backward of the layers below it.
     for layer in _decoder_layers(model):
-        fully_shard(layer, mesh=mesh, offload_policy=offload)
+        fully_shard(layer, mesh=mesh, offload_policy=offload, mp_policy=precision)
     # FSDP2 keeps the root's parameters gathered after forward, for the backward that follows;
     # a frozen model (the reference) has no backward, so it gives them back at once.
     frozen = not any(p.requires_grad for p in model.parameters())
     fully_shard(model, mesh=mesh, offload_policy=offload,  # embeddings, final norm, head
-                reshard_after_forward=True if frozen else None)
+                mp_policy=precision, reshard_after_forward=True if frozen else None)
     _sum_gradients_across_ranks(model)
     model.forward_logprobs = types.MethodType(forward_logprobs, model)
     register_fsdp_forward_method(model, "forward_logprobs")

@@ -29,7 +29,7 @@ class World:
 
     rank: int
     world_size: int
-    backend: str  # "gloo" on CPU; "none" for the single-process world
+    backend: str  # "nccl" on CUDA, "gloo" on CPU (rlvr.device); "none" for one process
     timeout_s: float  # every collective raises after this long without its peers
 
     @staticmethod
@@ -46,9 +46,10 @@ class World:
         return self.rank == 0
 
 
-def init_world(rank: int, world_size: int, init_method: str, backend: str = "gloo",
+def init_world(rank: int, world_size: int, init_method: str, backend: str,
                timeout_s: float = DEFAULT_TIMEOUT_S) -> World:
-    """Join the default process group (e.g. init_method="tcp://127.0.0.1:29500").
+    """Join the default process group (e.g. init_method="tcp://127.0.0.1:29500") with the
+    backend of this rank's device (`Device.backend`; bind the device first on CUDA).
 
     The timeout bounds the rendezvous and every later collective on this group.
     """

@@ -18,7 +18,7 @@ import copy
 import math
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import torch
@@ -29,8 +29,9 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model
 from torch.distributed.tensor import DTensor
 
 from rlvr.algorithm.losses import LossInputs, LossOutputs
-from rlvr.algorithm.packing import split_rows
+from rlvr.algorithm.packing import plan_micro_batches
 from rlvr.algorithm.polyak import polyak_update_
+from rlvr.device import memory_metrics
 from rlvr.learner.dropout import disable_dropout
 from rlvr.learner.forward import forward_logprobs
 from rlvr.learner.schedule import build_scheduler
@@ -60,8 +61,9 @@ class LearnerSettings:
     max_grad_norm: float = 1.0
     betas: tuple[float, float] = (0.9, 0.999)
     eps: float = 1e-8
-    bf16_autocast: bool = False
+    bf16_autocast: bool = False  # resolved (rlvr.device): autocast of an unsharded policy
     gradient_checkpointing: bool = False
+    max_tokens_per_micro_batch: int | None = None  # see `plan_micro_batches`
 
 
 @dataclass
@@ -79,6 +81,9 @@ class UpdateResult:
     learning_rate: float
     skipped_steps: int
     seconds: float
+    # `memory/*` gauges of the learner's device after the update (`rlvr.device`); across
+    # ranks, the largest of each.
+    memory: dict[str, float] = field(default_factory=dict)
 
 
 def accumulate_sums(total: dict[str, float], part: dict[str, float]) -> None:
@@ -136,9 +141,13 @@ def load_optimizer_state_by_name(model: torch.nn.Module, optimizer: torch.optim.
 
 class Learner:
     def __init__(self, policy: torch.nn.Module, reference: torch.nn.Module | None,
-                 settings: LearnerSettings, forward_fn: ForwardFn = forward_logprobs):
+                 settings: LearnerSettings, forward_fn: ForwardFn = forward_logprobs,
+                 device: torch.device | None = None):
         """`forward_fn` computes a packed batch's logprobs under a model (policy or reference);
-        a sharded policy needs the sharded variant."""
+        a sharded policy needs the sharded variant. `device` is where the forward passes run
+        (batches are moved there); None: where the policy's parameters are. It differs from
+        them under FSDP2 CPU offload (parameters on the host, compute on the GPU)."""
+        self.device = device if device is not None else next(policy.parameters()).device
         # Every pass over the same tokens must see the same function: no dropout noise.
         disable_dropout(policy)
         if reference is not None:
@@ -209,9 +218,8 @@ class Learner:
 
     def _autocast(self):
         if self.settings.bf16_autocast:
-            # The device the weights live on, not a literal: the same code runs on GPUs.
-            device_type = next(self.policy.parameters()).device.type
-            return torch.autocast(device_type, dtype=torch.bfloat16)
+            # The compute device, not a literal: the same code runs on GPUs.
+            return torch.autocast(self.device.type, dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
     @torch.no_grad()
@@ -230,8 +238,14 @@ class Learner:
         epoch's forward pass (detached), which saves a separate no-grad pass.
         """
         start = time.perf_counter()
-        parts = [p for p in split_rows(batch.num_rows, num_micro_batches) if p]
-        micro = [batch.select_rows(p) for p in parts]
+        budget = self.settings.max_tokens_per_micro_batch
+        row_tokens = [sum(lens) for lens in batch.seq_lens_per_row]
+        parts = [p for p in plan_micro_batches(row_tokens, num_micro_batches, budget) if p]
+        # A token budget bounds memory only if each part drops the batch's padding columns.
+        micro = [batch.select_rows(p).trimmed() if budget else batch.select_rows(p)
+                 for p in parts]
+        # Batches are built on the host; each micro-batch is copied to the device once.
+        micro = [mb.to(self.device) for mb in micro]
         ref_logprobs = [self._reference_logprobs(mb, temperature) for mb in micro]
         old_logprobs: list[torch.Tensor] = []
         sums: dict[str, float] = {}
@@ -275,4 +289,5 @@ class Learner:
             num_tokens=batch.num_tokens, num_sequences=batch.num_sequences,
             entropy_sum=entropy_sum, engine_diff_sum=diff_sum, engine_diff_max=diff_max,
             grad_norm=grad_norm, learning_rate=learning_rate,
-            skipped_steps=skipped, seconds=time.perf_counter() - start)
+            skipped_steps=skipped, seconds=time.perf_counter() - start,
+            memory=memory_metrics(self.device))

@@ -55,7 +55,9 @@ class ModelShape:
                           num_layers=config.num_hidden_layers, hidden_size=config.hidden_size)
 
 
-def learner_throughput(cfg: Config, shape: ModelShape, result: UpdateResult) -> dict[str, float]:
+def learner_throughput(cfg: Config, shape: ModelShape, result: UpdateResult,
+                       bf16: bool = False) -> dict[str, float]:
+    """Tokens per second and MFU of one update; `bf16`: the run computes in bf16 (its peak)."""
     if result.seconds <= 0 or result.num_tokens == 0:
         return {}
     # Every epoch runs forward and backward over all tokens of the batch.
@@ -64,7 +66,7 @@ def learner_throughput(cfg: Config, shape: ModelShape, result: UpdateResult) -> 
     mean_seq_len = result.num_tokens / max(result.num_sequences, 1)
     flops = transformer_flops_per_token(shape.num_params, shape.num_layers, shape.hidden_size,
                                         int(mean_seq_len), training=True)
-    bf16 = cfg.model.bf16_autocast or cfg.model.dtype == "bfloat16"
+    bf16 = bf16 or cfg.model.dtype == "bfloat16"
     peak = cfg.logging.peak_flops or default_peak_flops("bfloat16" if bf16 else "float32",
                                                         torch.get_num_threads())
     return {"learner_tokens_per_second_step": tokens_per_second,

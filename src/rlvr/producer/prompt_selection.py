@@ -11,6 +11,7 @@ from typing import Callable
 import torch
 
 from rlvr.algorithm.filtering import group_has_signal
+from rlvr.device import HOST
 from rlvr.producer.groups import Episodes, RewardShaping, generate_and_score
 from rlvr.rewards.scorer import RewardScorer
 from rlvr.rollout.base import RolloutEngine
@@ -51,7 +52,8 @@ def collect_episodes(engine: RolloutEngine, scorer: RewardScorer,
 def _with_signal(episodes: Episodes) -> Episodes:
     if not episodes.groups:
         return episodes
-    rewards_NG = torch.tensor([[s.reward for s in g] for g in episodes.groups])
+    rewards_NG = torch.tensor([[s.reward for s in g] for g in episodes.groups],
+                              device=HOST)
     keep = group_has_signal(rewards_NG).tolist()
     return Episodes(groups=[g for g, k in zip(episodes.groups, keep) if k],
                     outcomes=[o for o, k in zip(episodes.outcomes, keep) if k])

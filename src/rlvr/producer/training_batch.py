@@ -13,6 +13,7 @@ import torch
 from rlvr.algorithm.advantages import compute_group_advantages
 from rlvr.algorithm.filtering import filter_zero_std_groups
 from rlvr.algorithm.packing import SequenceToPack, pack_sequences, packed_ratio
+from rlvr.device import HOST
 from rlvr.types import PackedBatch, Sample
 
 
@@ -60,7 +61,7 @@ def build_training_batch(groups: list[list[Sample]], settings: BatchSettings) ->
     metrics = {**stats, "batch/masked_truncated": float(num_truncated_masked)}
     if not samples:
         return TrainingBatch(batch=None, samples=[], metrics=metrics)
-    advantages_S = torch.tensor([s.advantage for s in samples])
+    advantages_S = torch.tensor([s.advantage for s in samples], device=HOST)
     metrics.update({"val/advantages_mean": float(advantages_S.mean()),
                     "val/advantages_min": float(advantages_S.min()),
                     "val/advantages_max": float(advantages_S.max())})
@@ -83,10 +84,11 @@ def _advantages_and_filter(groups: list[list[Sample]], settings: BatchSettings
     dropped."""
     sizes = {len(g) for g in groups}
     if len(sizes) == 1 and 0 not in sizes:
-        rewards_NG = torch.tensor([[s.reward for s in g] for g in groups], dtype=torch.float32)
+        rewards_NG = torch.tensor([[s.reward for s in g] for g in groups], dtype=torch.float32,
+                                  device=HOST)
         parts = [(rewards_NG, list(range(len(groups))))]
     else:
-        parts = [(torch.tensor([[s.reward for s in g]], dtype=torch.float32), [n])
+        parts = [(torch.tensor([[s.reward for s in g]], dtype=torch.float32, device=HOST), [n])
                  for n, g in enumerate(groups) if g]
     advantages: list[list[float]] = [[] for _ in groups]
     kept_N = [False] * len(groups)

@@ -31,6 +31,12 @@ class EngineSettings:
     vllm_block_size: int = 32
     vllm_cpu_threads_bind: str = ""
     vllm_tensor_parallel_size: int = 1
+    vllm_gpu_memory_utilization: float = 0.9
+    vllm_enforce_eager: bool = False
+    colocate: bool = False  # the engine sleeps while a learner on its device trains
+    # "cuda" | "cpu" as the driver resolved `model.device` ("auto": the engine's process
+    # decides from what it sees); not a rollout field, set by `rlvr.build.engine_settings`.
+    device: str = "auto"
 
 
 class RolloutEngine(Protocol):
@@ -43,6 +49,16 @@ class RolloutEngine(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+class SleepingEngine(RolloutEngine, Protocol):
+    """An engine that can give its device memory back while a learner on the same device
+    trains (`rollout.colocate`): `sleep` releases its KV cache and offloads its weights,
+    `wake_up` restores them. Weights must not be updated while it sleeps."""
+
+    def sleep(self) -> None: ...
+
+    def wake_up(self) -> None: ...
 
 
 # Factory signature: (model_dir, engine settings, eos/stop token ids, pad id) -> engine.

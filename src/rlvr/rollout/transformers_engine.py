@@ -17,6 +17,7 @@ from typing import Iterable
 
 import torch
 
+from rlvr.device import resolve_device
 from rlvr.models import load_causal_lm, load_tokenizer
 from rlvr.rollout.base import EngineSettings, register_engine
 from rlvr.types import Completion, SamplingParams
@@ -25,15 +26,17 @@ from rlvr.types import Completion, SamplingParams
 @register_engine("transformers")
 def create_transformers_engine(model_dir: str, cfg: EngineSettings, eos_token_ids: tuple[int, ...],
                                pad_token_id: int) -> "TransformersEngine":
-    return TransformersEngine(load_causal_lm(model_dir, cfg.dtype), load_tokenizer(model_dir),
-                              eos_token_ids, pad_token_id, cfg.max_batch_rows,
-                              inflight_updates=cfg.inflight_updates)
+    device = resolve_device(cfg.device)
+    model = load_causal_lm(model_dir, cfg.dtype).to(device.torch)
+    return TransformersEngine(model, load_tokenizer(model_dir), eos_token_ids, pad_token_id,
+                              cfg.max_batch_rows, inflight_updates=cfg.inflight_updates)
 
 
 class TransformersEngine:
     def __init__(self, model: torch.nn.Module, tokenizer, eos_token_ids: tuple[int, ...],
                  pad_token_id: int, max_batch_rows: int = 256, inflight_updates: bool = False):
         self.model = model.eval()
+        self.device = next(model.parameters()).device  # every tensor of a generation goes here
         self.tokenizer = tokenizer
         self.eos_token_ids = tuple(eos_token_ids)
         self.pad_token_id = pad_token_id
@@ -47,7 +50,7 @@ class TransformersEngine:
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Completion]]:
-        gen = torch.Generator()
+        gen = torch.Generator(device=self.device)
         gen.manual_seed(params.seed if params.seed is not None else torch.seed())
         per_chunk = max(1, self.max_batch_rows // params.n)
         flat: list[Completion] = []
@@ -72,7 +75,8 @@ class TransformersEngine:
     def _generate_chunk(self, prompts: list[list[int]], params: SamplingParams,
                         gen: torch.Generator) -> list[Completion]:
         """Rows are prompt-major: row i * n + k is the k-th sample of prompt i."""
-        stop_ids = torch.tensor(self.eos_token_ids + tuple(params.stop_token_ids), dtype=torch.long)
+        stop_ids = torch.tensor(self.eos_token_ids + tuple(params.stop_token_ids),
+                                dtype=torch.long, device=self.device)
         input_ids_PL, attn_PL = self._left_pad(prompts)
         pos_PL = (attn_PL.cumsum(-1) - 1).clamp(min=0)
         # Prefill each prompt once, then copy its KV cache to its n sample rows.
@@ -87,7 +91,7 @@ class TransformersEngine:
         attn_BP = attn_PL.repeat_interleave(params.n, dim=0)
         next_pos_b = pos_PL[:, -1].repeat_interleave(params.n) + 1
         rows = [p for p in prompts for _ in range(params.n)]
-        live_b = torch.arange(len(rows))  # original row index of each live row
+        live_b = torch.arange(len(rows), device=self.device)  # original index of each live row
         tokens: list[list[int]] = [[] for _ in rows]
         logprobs: list[list[float]] = [[] for _ in rows]
         stopped = [False] * len(rows)
@@ -123,16 +127,18 @@ class TransformersEngine:
 
     def _left_pad(self, rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
         width = max(len(r) for r in rows)
-        input_ids_BP = torch.full((len(rows), width), self.pad_token_id, dtype=torch.long)
-        attn_BP = torch.zeros((len(rows), width), dtype=torch.long)
+        input_ids_BP = torch.full((len(rows), width), self.pad_token_id, dtype=torch.long,
+                                  device=self.device)
+        attn_BP = torch.zeros((len(rows), width), dtype=torch.long, device=self.device)
         for i, r in enumerate(rows):
-            input_ids_BP[i, width - len(r):] = torch.tensor(r, dtype=torch.long)
+            input_ids_BP[i, width - len(r):] = torch.tensor(r, dtype=torch.long,
+                                                            device=self.device)
             attn_BP[i, width - len(r):] = 1
         return input_ids_BP, attn_BP
 
     def _hit_stop_string(self, live_b: torch.Tensor, tokens: list[list[int]],
                          params: SamplingParams) -> torch.Tensor:
-        hit_b = torch.zeros(len(live_b), dtype=torch.bool)
+        hit_b = torch.zeros(len(live_b), dtype=torch.bool, device=live_b.device)
         if not params.stop_strings:
             return hit_b
         # A stop string spans at most len(s) tokens; decode only that tail of each row.

@@ -27,6 +27,7 @@ from typing import Iterable
 
 import torch
 
+from rlvr.device import resolve_device
 from rlvr.rollout.base import EngineSettings, register_engine
 from rlvr.rollout.seeds import derive_seed
 from rlvr.types import Completion, SamplingParams
@@ -44,18 +45,21 @@ def vllm_available() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
-def configure_vllm_environment(cfg: EngineSettings) -> None:
+def configure_vllm_environment(cfg: EngineSettings, on_cpu: bool) -> None:
     """Environment vLLM reads at import: set before the first `import vllm`, never overriding
     what the user set. On CPU, bind vLLM's OpenMP threads to every core (its default binds one
     and reserves the other for the front end, which in-process mode does not need)."""
     defaults = {
         "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-        "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
-        "VLLM_CPU_OMP_THREADS_BIND": cfg.vllm_cpu_threads_bind or f"0-{(os.cpu_count() or 1) - 1}",
         "VLLM_CACHE_ROOT": os.path.join(os.path.expanduser("~"), ".cache", "rlvr", "vllm"),
         # Its per-call warnings (raw prompts, rotary weights on reload) are noise here.
         "VLLM_LOGGING_LEVEL": "ERROR",
     }
+    if on_cpu:
+        defaults.update({
+            "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
+            "VLLM_CPU_OMP_THREADS_BIND": (cfg.vllm_cpu_threads_bind
+                                          or f"0-{(os.cpu_count() or 1) - 1}")})
     for key, value in defaults.items():
         os.environ.setdefault(key, value)
 
@@ -70,7 +74,8 @@ def create_vllm_engine(model_dir: str, cfg: EngineSettings, eos_token_ids: tuple
 
 class VLLMEngine:
     def __init__(self, model_dir: str, cfg: EngineSettings, eos_token_ids: tuple[int, ...]):
-        configure_vllm_environment(cfg)
+        device = resolve_device(cfg.device)
+        configure_vllm_environment(cfg, on_cpu=not device.is_accelerator)
         from vllm import LLM
 
         self.eos_token_ids = tuple(eos_token_ids)
@@ -79,11 +84,18 @@ class VLLMEngine:
         self._step_lock = threading.Lock()  # one engine step, or one weight load, at a time
         self._generate_lock = threading.Lock()  # one generate call drives the engine at a time
         self._request_ids = itertools.count()
+        self.asleep = False
+        if device.is_accelerator:  # a share of the GPU; CUDA graphs unless told otherwise
+            memory = {"gpu_memory_utilization": cfg.vllm_gpu_memory_utilization,
+                      "enforce_eager": cfg.vllm_enforce_eager,
+                      "enable_sleep_mode": cfg.colocate}
+        else:  # a fixed KV cache, or vLLM reserves most of the RAM; no graphs on CPU
+            memory = {"kv_cache_memory_bytes": int(cfg.vllm_kv_cache_gb * 2**30),
+                      "enforce_eager": True}
         self.llm = LLM(
-            model=model_dir, dtype=cfg.dtype, enforce_eager=True, seed=0,
+            model=model_dir, dtype=cfg.dtype, seed=0, **memory,
             tensor_parallel_size=cfg.vllm_tensor_parallel_size,
             max_model_len=cfg.vllm_max_model_len,
-            kv_cache_memory_bytes=int(cfg.vllm_kv_cache_gb * 2**30),
             enable_prefix_caching=cfg.vllm_enable_prefix_caching,
             block_size=cfg.vllm_block_size,
             # No chunked prefill: a prompt prefilled over several steps makes vLLM rewind the
@@ -159,6 +171,8 @@ class VLLMEngine:
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]],
                        version: int) -> None:
         """Load new weights in place (vLLM repacks CPU weights, so its own loader must run)."""
+        if self.asleep:
+            raise RuntimeError("weights pushed to a sleeping vLLM engine: wake_up first")
         worker = self._engine.model_executor.driver_worker.worker
         weights = dict(named_tensors)
         # Tied embeddings: the learner's state has no lm_head, but vLLM keeps its own copy of it,
@@ -171,6 +185,19 @@ class VLLMEngine:
             worker.reload_weights(weights_iterator=iter(weights.items()))
             self.llm.reset_prefix_cache()  # cached prefixes were computed with the old weights
             self.version = version
+
+    def sleep(self) -> None:
+        """Give the device back to a colocated learner: the KV cache is dropped and the weights
+        move to host memory (vLLM sleep level 1; level 2 would drop them, and a step that
+        changes no weights would then wake to garbage)."""
+        if not self.asleep:
+            self.llm.sleep(level=1)
+            self.asleep = True
+
+    def wake_up(self) -> None:
+        if self.asleep:
+            self.llm.wake_up()
+            self.asleep = False
 
     def close(self) -> None:
         engine, self._engine = getattr(self, "_engine", None), None

@@ -1,0 +1,173 @@
+"""The one place that decides where tensors live and how processes talk.
+
+Everything that differs between a CPU and a GPU run is decided here, from `model.device`
+(auto | cpu | cuda) and this process's local rank, and handed out as a `Device` record:
+- the torch device (`cuda:N` for local rank N, or the one GPU Ray made visible; else `cpu`);
+- the collective backend (NCCL on CUDA, gloo on CPU);
+- whether bf16 matmuls are native (CUDA with bf16 support; a CPU with AVX512-BF16 or AMX, read
+  from the CPU's flags: CPUs of one cloud instance type differ, and emulated bf16 is 5-100x
+  slower than fp32 on AVX2-only ones, so this is detected, never assumed);
+- whether host memory should be pinned for copies (only with an accelerator runtime).
+
+Other modules take a `Device` (or a torch device) as an argument and never name one. Host-side
+work that is CPU by nature (tokenising, building packed batches, checkpoint files) creates its
+tensors on `HOST`, explicitly, so that a test can run with `torch.set_default_device("meta")` and
+catch any tensor created on an implicit device.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import platform
+import resource
+from dataclasses import dataclass
+
+import torch
+
+DEVICE_CHOICES: tuple[str, ...] = ("auto", "cpu", "cuda")
+HOST = torch.device("cpu")  # where data is prepared and files are read and written
+
+# CPU flags (Linux /proc/cpuinfo) that mean bf16 matmuls run natively: x86 AVX512-BF16 and AMX,
+# and Arm's BF16 extension.
+_BF16_CPU_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
+
+
+class DeviceUnavailable(ValueError):
+    """The device asked for does not exist here; the message says what does."""
+
+
+@dataclass(frozen=True)
+class Device:
+    """Where this process computes. Picklable (actors receive it inside their specs)."""
+
+    type: str  # "cpu" | "cuda"
+    index: int | None = None  # the CUDA ordinal; None on CPU
+    bf16_native: bool = False
+
+    @property
+    def torch(self) -> torch.device:
+        return torch.device(self.type, self.index) if self.index is not None else torch.device(
+            self.type)
+
+    @property
+    def backend(self) -> str:
+        """The torch.distributed backend for collectives among processes on this device."""
+        return "nccl" if self.type == "cuda" else "gloo"
+
+    @property
+    def pin_memory(self) -> bool:
+        """Pinned host memory speeds host-to-device copies; it needs an accelerator runtime."""
+        return self.type == "cuda"
+
+    @property
+    def is_accelerator(self) -> bool:
+        return self.type != "cpu"
+
+    def bf16_compute(self, requested: bool | None) -> bool:
+        """bf16 matmuls or not: `requested` when the config says, else where they are native."""
+        return self.bf16_native if requested is None else requested
+
+    def describe(self) -> str:
+        if self.type == "cuda":
+            name = torch.cuda.get_device_name(self.index or 0)
+            return f"{self.torch} ({name}), backend {self.backend}, bf16 native: {self.bf16_native}"
+        return (f"cpu ({cpu_name()}, {os.cpu_count()} cores, torch capability "
+                f"{torch.backends.cpu.get_cpu_capability()}), backend {self.backend}, "
+                f"bf16 native: {self.bf16_native}")
+
+
+def resolve_device(requested: str = "auto", local_rank: int = 0) -> Device:
+    """The device for `model.device` on this process. `local_rank` is this process's index
+    among the learners of its node; under Ray each actor sees only its own GPU(s) (Ray sets
+    CUDA_VISIBLE_DEVICES), so its visible index is 0 whatever its rank."""
+    if requested not in DEVICE_CHOICES:
+        raise DeviceUnavailable(f"model.device={requested!r} is not one of {DEVICE_CHOICES}")
+    has_cuda = torch.cuda.is_available()
+    if requested == "cuda" and not has_cuda:
+        raise DeviceUnavailable(f"model.device=cuda, but this process sees no CUDA device "
+                                f"({what_exists()}); use model.device=auto or cpu")
+    if requested == "cpu" or not has_cuda:
+        return Device("cpu", None, bf16_native=cpu_has_native_bf16())
+    count = torch.cuda.device_count()
+    if count > 1 and local_rank >= count:
+        raise DeviceUnavailable(f"local rank {local_rank} needs its own GPU, but this process "
+                                f"sees {count} ({what_exists()})")
+    index = 0 if count == 1 else local_rank  # one visible GPU: the one Ray or Slurm gave us
+    return Device("cuda", index, bf16_native=torch.cuda.is_bf16_supported())
+
+
+def bind(device: Device) -> None:
+    """Make `device` this process's current one (a CUDA process must do it before NCCL and
+    FSDP create anything, or every rank would allocate on GPU 0)."""
+    if device.type == "cuda":
+        torch.cuda.set_device(device.torch)
+
+
+@functools.cache
+def cpu_flags() -> frozenset[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:  # not Linux: no flags to read, so no claim of native bf16
+        pass
+    return frozenset()
+
+
+def cpu_has_native_bf16() -> bool:
+    return bool(cpu_flags() & _BF16_CPU_FLAGS)
+
+
+@functools.cache
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def what_exists() -> str:
+    """What this process can compute on, for error messages."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    parts = [f"torch {torch.__version__}",
+             f"CUDA build: {torch.version.cuda or 'none (CPU-only torch)'}",
+             f"CUDA devices: {torch.cuda.device_count() if torch.cuda.is_available() else 0}"]
+    if visible is not None:
+        parts.append(f"CUDA_VISIBLE_DEVICES={visible!r}")
+    parts.append(f"{os.cpu_count()} CPU cores")
+    return ", ".join(parts)
+
+
+def memory_metrics(device: torch.device) -> dict[str, float]:
+    """`memory/*` gauges for this process on `device`: CUDA allocator figures on a GPU
+    (AReaL's `log_gpu_stats`), the process's resident set on CPU (its peak is the process's
+    lifetime peak). Resets the CUDA peak, so each step's `peak_gb` is that step's."""
+    gb = 1024 ** 3
+    if device.type == "cuda":
+        out = {"memory/allocated_gb": torch.cuda.memory_allocated(device) / gb,
+               "memory/reserved_gb": torch.cuda.memory_reserved(device) / gb,
+               "memory/peak_gb": torch.cuda.max_memory_allocated(device) / gb}
+        torch.cuda.reset_peak_memory_stats(device)
+        return out
+    rss = _current_rss_bytes()  # before the peak, which then includes it
+    # ru_maxrss is in KiB on Linux (bytes on macOS).
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    scale = 1 if platform.system() == "Darwin" else 1024
+    out = {"memory/peak_rss_gb": peak * scale / gb}
+    if rss is not None:
+        out["memory/rss_gb"] = rss / gb
+    return out
+
+
+def _current_rss_bytes() -> int | None:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None

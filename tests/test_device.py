@@ -1,0 +1,126 @@
+"""The device layer: what `model.device` resolves to, bf16 detection from CPU flags, errors
+that say what exists, memory gauges; and the meta-device test that catches any tensor the
+learner update or the batch building creates without an explicit device."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import rlvr.device
+from rlvr.algorithm.losses import LossParams, compute_policy_loss
+from rlvr.build import plan_devices
+from rlvr.config import ConfigError, load_config
+from rlvr.device import DeviceUnavailable, memory_metrics, resolve_device
+from rlvr.learner import Learner, LearnerSettings
+from rlvr.producer.training_batch import BatchSettings, build_training_batch
+from rlvr.types import Completion, Prompt, Sample
+
+REAL_BF16_DETECTION = rlvr.device.cpu_has_native_bf16  # before conftest pins it
+ROOT = os.path.join(os.path.dirname(__file__), "..")
+
+
+def test_cpu_device_uses_gloo_and_no_pinned_memory():
+    device = resolve_device("cpu")
+    assert (device.torch, device.backend, device.pin_memory) == (torch.device("cpu"), "gloo",
+                                                                False)
+    assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_asking_for_cuda_without_it_says_what_exists():
+    with pytest.raises(DeviceUnavailable, match=r"model.device=cuda.*CUDA devices: 0.*CPU cores"):
+        resolve_device("cuda")
+    with pytest.raises(DeviceUnavailable, match="not one of"):
+        resolve_device("tpu")
+
+
+@pytest.mark.parametrize("flags, native", [({"avx2", "avx512f"}, False),
+                                           ({"avx2", "avx512_bf16"}, True),
+                                           ({"amx_bf16"}, True), ({"fp", "bf16"}, True),
+                                           (set(), False)])
+def test_native_bf16_is_read_from_the_cpu_flags(monkeypatch, flags, native):
+    monkeypatch.setattr(rlvr.device, "cpu_flags", lambda: frozenset(flags))
+    assert REAL_BF16_DETECTION() is native
+
+
+def test_bf16_compute_defaults_to_native_and_obeys_the_config(monkeypatch):
+    slow = rlvr.device.Device("cpu", None, bf16_native=False)
+    fast = rlvr.device.Device("cpu", None, bf16_native=True)
+    assert (slow.bf16_compute(None), fast.bf16_compute(None)) == (False, True)
+    assert (slow.bf16_compute(True), fast.bf16_compute(False)) == (True, False)
+
+
+def test_the_local_plan_follows_the_config_and_the_hardware(monkeypatch):
+    cfg = load_config(os.path.join(ROOT, "configs", "tiny.yaml"), ["model.device=cpu"])
+    assert plan_devices(cfg, None).describe() == "device cpu, bf16 compute off, collectives gloo"
+    monkeypatch.setattr(rlvr.device, "cpu_has_native_bf16", lambda: True)
+    assert plan_devices(cfg, None).bf16  # an AVX512-BF16 machine computes in bf16 by default
+    cfg.model.bf16_autocast = False
+    assert not plan_devices(cfg, None).bf16
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_rlvr_train_on_cuda_without_one_fails_at_start_with_a_message(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "rlvr.cli", "train", os.path.join(ROOT, "configs", "tiny.yaml"),
+         "model.device=cuda", f"experiment.output_dir={tmp_path}"],
+        capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert "model.device=cuda" in out.stderr and "CUDA devices: 0" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_memory_gauges_on_cpu():
+    got = memory_metrics(torch.device("cpu"))
+    # Two kernel counters (statm, getrusage) that are updated at different times: close.
+    assert 0 < got["memory/rss_gb"] <= got["memory/peak_rss_gb"] * 1.05
+
+
+def test_rlvr_env_lists_devices_and_libraries():
+    out = subprocess.run([sys.executable, "-m", "rlvr.cli", "env"], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    for label in ("torch", "CPU native bf16", "model.device=auto", "vllm", "flash-attn", "ray"):
+        assert label in out.stdout
+
+
+# ---- nothing is created on an implicit device -------------------------------------------
+
+PROMPT = Prompt(id="p/0", messages=(), token_ids=(5, 6, 7), ground_truth="1", verifiers=("x",),
+                source="p")
+
+
+def _groups():
+    return [[Sample(prompt=PROMPT, completion=Completion([8 + k, 9, 10 + g], [-1.0, -2.0, -1.5],
+                                                        "stop", "t"), reward=float(k % 2))
+             for k in range(4)] for g in range(3)]
+
+
+def test_batch_building_and_a_learner_update_create_no_tensor_on_the_default_device(
+        tiny_model):
+    """With the default device set to "meta", a tensor created without a device lands on meta
+    and the first operation mixing it with real ones fails. The batch is built, and the update
+    (forward, loss, backward, clipping, optimizer, schedule) runs, entirely under it."""
+    reference = Learner.frozen_copy(tiny_model)
+    settings = LearnerSettings(learning_rate=1e-3, lr_scheduler_type="linear",
+                               warm_up_steps=1, total_optimizer_steps=4)
+    learner = Learner(tiny_model, reference, settings, device=torch.device("cpu"))
+    before = [p.detach().clone() for p in tiny_model.parameters()]
+    torch.set_default_device("meta")
+    try:
+        training = build_training_batch(_groups(), BatchSettings("standard", True, 64, 0))
+        batch = training.batch
+        params = LossParams(clip_lower=0.2, clip_higher=0.28, beta=0.1, kl_estimator=3,
+                            denominator=float(batch.num_response_tokens))
+        result = learner.update(batch, lambda i: compute_policy_loss("dapo", i, params),
+                                num_micro_batches=2, num_epochs=2, temperature=1.0)
+    finally:
+        torch.set_default_device(None)
+    assert batch.input_ids_RL.device.type == "cpu"
+    assert result.grad_norm > 0 and result.num_response_tokens == batch.num_response_tokens
+    assert any(not torch.equal(b, p) for b, p in zip(before, tiny_model.parameters()))

@@ -132,6 +132,12 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+def describe_host() -> str:
+    """The machine a measurement ran on, for benchmark output."""
+    return (f"{cpu_name()}, {os.cpu_count()} cores, torch {torch.__version__}, "
+            f"{torch.get_num_threads()} threads")
+
+
 def what_exists() -> str:
     """What this process can compute on, for error messages."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")

@@ -268,7 +268,8 @@ def build_engine(cfg: Config, model_dir: str, eos_ids: tuple[int, ...],
                        cpus_per_engine=float(r.vllm_tensor_parallel_size),
                        timeout_s=cfg.distributed.collective_timeout_s,
                        ray_address=cfg.distributed.ray_address or None,
-                       gpus_per_engine=devices.gpus_per_engine)
+                       gpus_per_engine=devices.gpus_per_engine,
+                       bucket_bytes=r.weight_sync_bucket_mb * 2**20)
 
 
 def _generation_eos_ids(model: torch.nn.Module) -> set[int]:

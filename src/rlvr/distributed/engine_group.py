@@ -26,7 +26,7 @@ from rlvr.distributed.engine_worker import Endpoint, EngineWorker
 from rlvr.distributed.ray_session import ensure_ray, free_endpoint, thread_env
 from rlvr.rollout.base import EngineSettings
 from rlvr.rollout.seeds import derive_seed
-from rlvr.rollout.weight_sync import BroadcastTransport, layout_of
+from rlvr.rollout.weight_sync import DEFAULT_BUCKET_BYTES, BroadcastTransport, layout_of
 from rlvr.types import Completion, SamplingParams
 
 # Calls one engine actor runs at once: a generation, an evaluation, a weight receive, and one
@@ -65,9 +65,9 @@ class EngineGroup:
                  eos_token_ids: tuple[int, ...], pad_token_id: int, num_threads: int = 0,
                  cpus_per_engine: float = 1.0, timeout_s: float = 600.0,
                  ray_address: str | None = None, worker_cls: type = EngineWorker,
-                 gpus_per_engine: float = 0.0):
+                 gpus_per_engine: float = 0.0, bucket_bytes: int = DEFAULT_BUCKET_BYTES):
         """`gpus_per_engine`: GPUs each engine actor asks Ray for (its tensor-parallel size
-        on a GPU cluster, 0 on CPU)."""
+        on a GPU cluster, 0 on CPU). `bucket_bytes`: the weight broadcast's bucket size."""
         import ray
 
         if num_engines < 1:
@@ -79,7 +79,9 @@ class EngineGroup:
             runtime_env=thread_env(num_threads))
         self._attach([actor_cls.remote(engine_name, model_dir, cfg, eos_token_ids,
                                        pad_token_id, num_threads)
-                      for _ in range(num_engines)], timeout_s)
+                      for _ in range(num_engines)], timeout_s,
+                     ranks_per_engine=cfg.vllm_tensor_parallel_size if engine_name == "vllm"
+                     else 1, bucket_bytes=bucket_bytes)
         self._actors.call("ready", [()] * num_engines, "start", timeout_s=timeout_s)
 
     @classmethod
@@ -90,9 +92,12 @@ class EngineGroup:
         group._attach(actors, timeout_s)
         return group
 
-    def _attach(self, actors: list, timeout_s: float) -> None:
+    def _attach(self, actors: list, timeout_s: float, ranks_per_engine: int = 1,
+                bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> None:
         """The state both constructors set up."""
         self.num_engines, self.timeout_s = len(actors), timeout_s
+        # Each vLLM worker (one per tensor-parallel rank) receives weights as a rank of its own.
+        self.ranks_per_engine, self.bucket_bytes = ranks_per_engine, bucket_bytes
         self._transport: BroadcastTransport | None = None  # when this process is the sender
         self._endpoint: Endpoint | None = None
         self._actors = ActorGroup(actors, "engine group", "engine actor", EngineGroupError)
@@ -119,12 +124,13 @@ class EngineGroup:
         """Broadcast weights held by this process (it joins the group as the sender). Part of
         the `RolloutEngine` protocol, so the group takes weights like any engine does;
         the trainer's learner actors broadcast from rank 0 instead (`receive_while`)."""
-        named = list(named_tensors)
+        named = list(named_tensors)  # views of the sender's tensors, not copies
 
         def send() -> None:
             if self._transport is None:  # blocks until every engine has joined
-                self._transport = BroadcastTransport(*self.endpoint(), self.num_engines,
-                                                     layout_of(named), self.timeout_s)
+                self._transport = BroadcastTransport(*self.endpoint(), self.num_receivers,
+                                                     layout_of(named), self.timeout_s,
+                                                     bucket_bytes=self.bucket_bytes)
             self._transport.push(named, version)
 
         self.receive_while(send)
@@ -136,6 +142,11 @@ class EngineGroup:
         self._actors.close("close", timeout_s=30)
 
     # ---- weight sync from any sender -----------------------------------------------------
+
+    @property
+    def num_receivers(self) -> int:
+        """Ranks that receive a weight broadcast: every engine's workers."""
+        return self.num_engines * self.ranks_per_engine
 
     @property
     def endpoint_unset(self) -> bool:
@@ -157,8 +168,8 @@ class EngineGroup:
         """Every engine waits for one push while `send()` makes it; returns once all loaded."""
         endpoint = self.endpoint()
         refs = self._actors.submit("receive_weights", [
-            (endpoint, rank + 1, self.num_engines, self.timeout_s)
-            for rank in range(self.num_engines)])
+            (endpoint, 1 + i * self.ranks_per_engine, 1 + self.num_receivers, self.timeout_s)
+            for i in range(self.num_engines)])
         try:
             send()
         except Exception:

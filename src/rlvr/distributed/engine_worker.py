@@ -18,6 +18,7 @@ import threading
 
 import torch
 
+from rlvr.device import resolve_device
 from rlvr.distributed.ray_session import actor_resources
 from rlvr.rollout import create_engine
 from rlvr.rollout.base import EngineSettings
@@ -35,6 +36,9 @@ class EngineWorker:
         self.engine = create_engine(engine_name, model_dir, cfg, eos_token_ids, pad_token_id)
         self._receiver: BroadcastReceiver | None = None
         self._receive_lock = threading.Lock()
+        self._joined = False  # a vLLM engine's workers joined the sender's group
+        # Where weights pushed over NCCL land: this actor's GPU (gloo pushes use host memory).
+        self._weights_device = resolve_device(cfg.device).torch
 
     def ready(self) -> bool:
         """Returns once the engine is built (the constructor ran): a start-up barrier."""
@@ -47,14 +51,24 @@ class EngineWorker:
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Completion]]:
         return self.engine.generate(prompts, params)
 
-    def receive_weights(self, endpoint: Endpoint, rank: int, num_engines: int,
+    def receive_weights(self, endpoint: Endpoint, first_rank: int, world_size: int,
                         timeout_s: float) -> int | None:
         """Wait for one push from the sender at `endpoint` and load it; the version loaded, or
-        None when the sender closed. This engine is rank `rank` (1..num_engines) of the group."""
+        None when the sender closed. This engine's receiving ranks start at `first_rank` of
+        the group of `world_size` (the sender is rank 0); the sender chose the backend (gloo
+        or NCCL) and bucket size. A vLLM engine receives in its workers (one rank each, so
+        tensor-parallel shards load on their own GPUs); another engine in this process, in
+        one streamed `update_weights` call."""
         with self._receive_lock:
+            host, port = endpoint
+            if hasattr(self.engine, "join_weight_group"):
+                if not self._joined:
+                    self.engine.join_weight_group(host, port, first_rank, world_size, timeout_s)
+                    self._joined = True
+                return self.engine.receive_pushed_weights()
             if self._receiver is None:
-                host, port = endpoint
-                self._receiver = BroadcastReceiver(host, port, rank, num_engines, timeout_s)
+                self._receiver = BroadcastReceiver(host, port, first_rank, world_size - 1,
+                                                   timeout_s, device=self._weights_device)
             return self._receiver.receive_into(self.engine)
 
     def close(self) -> None:

@@ -127,10 +127,12 @@ class LearnerGroup:
         """Where rank 0 will serve the engines' weight broadcast (a free port on its node)."""
         return self._call("weight_sync_endpoint", [()] + [None] * (self.num_learners - 1))[0]
 
-    def push_weights(self, version: int, endpoint: tuple[str, int], num_engines: int) -> None:
-        """Every rank gathers; rank 0 broadcasts to the `num_engines` engines at `endpoint`,
-        which must be receiving meanwhile (`EngineGroup.receive_while`)."""
-        self._call("push_weights", [(version, endpoint, num_engines)] * self.num_learners)
+    def push_weights(self, version: int, endpoint: tuple[str, int], num_receivers: int,
+                     bucket_bytes: int) -> None:
+        """Every rank gathers; rank 0 broadcasts to the `num_receivers` engine ranks at
+        `endpoint`, which must be receiving meanwhile (`EngineGroup.receive_while`)."""
+        self._call("push_weights",
+                   [(version, endpoint, num_receivers, bucket_bytes)] * self.num_learners)
 
     def update_reference(self, alpha: float) -> None:
         self._call("update_reference", [(alpha,)] * self.num_learners)

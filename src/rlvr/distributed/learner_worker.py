@@ -30,7 +30,7 @@ from rlvr.distributed.world import DEFAULT_TIMEOUT_S, World, destroy_world, init
 from rlvr.learner import Learner, LearnerSettings, LearnerState, UpdateResult
 from rlvr.learner.learner import LossFn, load_optimizer_state_by_name
 from rlvr.models import load_causal_lm
-from rlvr.rollout.weight_sync import BroadcastTransport, layout_of
+from rlvr.rollout.weight_sync import DEFAULT_BUCKET_BYTES, BroadcastTransport, layout_of
 from rlvr.types import PackedBatch
 
 
@@ -146,17 +146,21 @@ class LearnerWorker:
         """Where this rank (0) will serve the engines' broadcast group."""
         return free_endpoint()
 
-    def push_weights(self, version: int, endpoint: tuple[str, int], num_engines: int) -> None:
+    def push_weights(self, version: int, endpoint: tuple[str, int], num_engines: int,
+                     bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> None:
         """Gather the full weights (a collective) and broadcast them from rank 0 to the
-        engines; the first push also forms the group at `endpoint` (from
-        `weight_sync_endpoint`), blocking until every engine has joined."""
+        engines in buckets of at most `bucket_bytes`, over this rank's backend (NCCL from a
+        GPU, gloo from a CPU); the first push also forms the group at `endpoint` (from
+        `weight_sync_endpoint`), blocking until every engine has joined. `num_engines` counts
+        receiving ranks. The bucket size is fixed by the first push."""
         full = gather_full_state_dict(self._learner().policy, self.world)
         if self.rank != 0:
             return
         if self._engines is None:
             host, port = endpoint
-            self._engines = BroadcastTransport(host, port, num_engines,
-                                               layout_of(full.items()), self.spec.timeout_s)
+            self._engines = BroadcastTransport(
+                host, port, num_engines, layout_of(full.items()), self.spec.timeout_s,
+                bucket_bytes=bucket_bytes, backend=self.device.backend, device=self.device.torch)
         self._engines.push(full.items(), version)
 
     def update_reference(self, alpha: float) -> None:

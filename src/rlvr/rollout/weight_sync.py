@@ -1,124 +1,310 @@
 """Moving the learner's weights into engines after an update, without restarting them.
 
 An engine in the learner's process takes the weights directly (`engine.update_weights`, a
-tensor copy). Engines in other processes (a Ray actor, another node) are reached through
-`BroadcastTransport`: the learner is rank 0 of a torch.distributed group of its own (gloo on
-CPU, NCCL on GPU) and broadcasts the weights; each engine process runs a `BroadcastReceiver`
-that loads what arrives.
+tensor copy). Engines in other processes (a Ray actor, a vLLM worker, another node) are reached
+through `BroadcastTransport`: the sender (learner rank 0, or the trainer) is rank 0 of a
+torch.distributed group of its own, gloo on CPU or NCCL on GPU, and broadcasts the weights; each
+receiving process runs a `BroadcastReceiver` (an engine actor) or the vLLM worker extension
+(`rlvr.rollout.vllm_weight_receiver`, one rank per tensor-parallel worker), both on the same
+receive loop.
 
 Why a separate group and not the learners' default one: engines are not learners, and the
-learners' group must keep its own membership (FSDP collectives). Why one flat buffer per dtype:
-one broadcast per push instead of one per tensor, a large difference for many small tensors.
-Both sides agree on the tensor layout (names, shapes, dtypes) once, at connection time, through
-the rendezvous store, so each push carries only the version and the numbers.
+learners' group must keep its own membership (FSDP collectives). Why buckets: one broadcast per
+bucket instead of one per tensor (a large difference for many small tensors), and neither side
+ever holds a second full copy of the model: the sender copies one bucket's tensors into a reused
+buffer, broadcasts it and moves on; receivers hand each bucket's tensors to the engine as it
+arrives. Both sides agree once, at connection time and through the rendezvous store, on the
+layout (names, shapes, dtypes), the bucket size and the backend, so buckets are cut by the same
+pure function on both sides and each push carries only the version and the bytes.
+
+Not here: gathering sharded weights (`rlvr.distributed.sharding`), which process sends or
+receives (`rlvr.distributed`), how an engine loads a tensor (`RolloutEngine.update_weights`).
 """
 
 from __future__ import annotations
 
 import math
 import pickle
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import Iterable
+from typing import Iterable, Iterator, NamedTuple
 
 import torch
 import torch.distributed as dist
 
+from rlvr.device import HOST
 from rlvr.rollout.base import RolloutEngine
 
-Layout = list[tuple[str, tuple[int, ...], torch.dtype]]
+DEFAULT_BUCKET_BYTES = 512 * 2**20  # `rollout.weight_sync_bucket_mb`'s default
+BACKENDS = ("gloo", "nccl")
+# Every tensor starts at a multiple of this many bytes within its bucket, so a byte slice can be
+# viewed as any dtype (the widest element, complex128, is 16 bytes).
+_ALIGN_BYTES = 16
+_PLAN_KEY = "rlvr/weights/plan"
+
+NamedTensors = Iterable[tuple[str, torch.Tensor]]
 
 
-def layout_of(named_tensors: Iterable[tuple[str, torch.Tensor]]) -> Layout:
+class TensorSpec(NamedTuple):
+    """One weight as both sides agree on it (a tuple, so `for name, shape, dtype in layout`)."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * self.dtype.itemsize
+
+
+Layout = list[TensorSpec]
+
+
+def layout_of(named_tensors: NamedTensors) -> Layout:
     """Names, shapes and dtypes: all a sender needs to agree on with its receivers."""
-    return [(name, tuple(t.shape), t.dtype) for name, t in named_tensors]
+    return [TensorSpec(name, tuple(t.shape), t.dtype) for name, t in named_tensors]
 
 
-def _group(host: str, port: int, rank: int, world_size: int, timeout_s: float,
-           backend: str) -> tuple[dist.TCPStore, dist.ProcessGroup]:
-    timeout = timedelta(seconds=timeout_s)
-    store = dist.TCPStore(host, port, world_size, is_master=rank == 0, timeout=timeout)
-    if backend != "gloo":
-        raise ValueError(f"weight-sync backend {backend!r}: only gloo is wired here "
-                         "(NCCL needs GPUs; it plugs in at this line)")
-    return store, dist.ProcessGroupGloo(store, rank, world_size, timeout)
+@dataclass(frozen=True)
+class BucketEntry:
+    spec: TensorSpec
+    offset: int  # bytes from the start of the bucket; a multiple of _ALIGN_BYTES
 
 
-def _flatten(tensors: list[torch.Tensor]) -> dict[torch.dtype, torch.Tensor]:
-    by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
-    for t in tensors:
-        by_dtype.setdefault(t.dtype, []).append(t.detach().reshape(-1))
-    return {dtype: torch.cat(parts) for dtype, parts in by_dtype.items()}
+@dataclass(frozen=True)
+class Bucket:
+    """Tensors broadcast together, in layout order, packed as raw bytes into one uint8 buffer
+    of `nbytes` (their bytes plus alignment padding)."""
+
+    entries: tuple[BucketEntry, ...]
+    nbytes: int
+
+    def views(self, buffer_N: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
+        """Each entry's tensor as a view into `buffer_N` (uint8, at least `nbytes` long): the
+        sender writes through these views, the receiver reads them."""
+        out = []
+        for entry in self.entries:
+            start, spec = entry.offset, entry.spec
+            raw = buffer_N[start:start + spec.nbytes]
+            out.append((spec.name, raw.view(spec.dtype).view(spec.shape)))
+        return out
 
 
-def _unflatten(buffers: dict[torch.dtype, torch.Tensor],
-               layout: Layout) -> list[tuple[str, torch.Tensor]]:
-    offsets = {dtype: 0 for dtype in buffers}
-    out = []
-    for name, shape, dtype in layout:
-        n = math.prod(shape)
-        out.append((name, buffers[dtype][offsets[dtype]:offsets[dtype] + n].view(shape)))
-        offsets[dtype] += n
-    return out
+def cut_buckets(layout: Layout, bucket_bytes: int) -> list[Bucket]:
+    """The layout, in order, cut into buckets of at most `bucket_bytes` each; a tensor larger
+    than that gets a bucket of its own. Pure: sender and receivers call it alike.
+
+    Why mixed dtypes in one byte buffer rather than a bucket per dtype: it keeps the layout
+    (the model's own) order, and vLLM's reload finishes a layer only once all of its weights
+    arrived, holding the rest until then, so weights grouped by layer keep that small; it needs
+    one buffer and one broadcast per bucket whatever the number of dtypes; and bytes are
+    copied, never converted, so an fp32 norm next to bf16 matrices arrives as fp32.
+    """
+    if bucket_bytes < 1:
+        raise ValueError(f"bucket_bytes={bucket_bytes} must be >= 1")
+    buckets: list[Bucket] = []
+    entries: list[BucketEntry] = []
+    end = 0  # bytes used in the open bucket
+    for spec in layout:
+        start = -(-end // _ALIGN_BYTES) * _ALIGN_BYTES  # `end` rounded up to the alignment
+        if entries and start + spec.nbytes > bucket_bytes:
+            buckets.append(Bucket(tuple(entries), end))
+            entries, start = [], 0
+        entries.append(BucketEntry(spec, start))
+        end = start + spec.nbytes
+    if entries:
+        buckets.append(Bucket(tuple(entries), end))
+    return buckets
+
+
+@dataclass(frozen=True)
+class SyncPlan:
+    """What the sender publishes in the rendezvous store for its receivers to read."""
+
+    layout: Layout
+    bucket_bytes: int
+    backend: str  # "gloo" | "nccl"
+
+
+def buffer_device(backend: str, device: torch.device | None) -> torch.device:
+    """Where a side's buffers live: host memory for gloo (its CUDA support is partial and goes
+    through the host anyway), the given CUDA device for NCCL, which moves device memory only."""
+    if backend not in BACKENDS:
+        raise ValueError(f"weight-sync backend {backend!r} is not one of {BACKENDS}")
+    if backend == "gloo":
+        return HOST
+    if device is None or device.type != "cuda":
+        raise ValueError(f"weight sync over NCCL needs a CUDA device for its buffers, got {device}")
+    return device
+
+
+def _process_group(store: dist.Store, rank: int, world_size: int, timeout: timedelta,
+                   backend: str) -> dist.ProcessGroupGloo | dist.ProcessGroupNCCL:
+    """A group of its own on `store`, apart from torch.distributed's default group (a c10d
+    backend object used directly: `broadcast(tensor, root)`)."""
+    if backend == "gloo":
+        return dist.ProcessGroupGloo(store, rank, world_size, timeout)
+    # ---- GPU only: never run on the CPU test machine. ProcessGroupNCCL takes its timeout
+    # inside Options (torch 2.13: `ProcessGroupNCCL(store, rank, size, options)`), the same
+    # way `torch.distributed.new_group` builds one. The communicator is created lazily at the
+    # first broadcast, on the device of that tensor (the caller's current CUDA device).
+    if not dist.is_nccl_available():
+        raise RuntimeError("weight sync over NCCL: this torch build has no NCCL")
+    options = dist.ProcessGroupNCCL.Options()
+    options._timeout = timeout
+    return dist.ProcessGroupNCCL(store, rank, world_size, options)
+    # ---- end of GPU-only lines
+
+
+def _broadcast(group: dist.ProcessGroupGloo | dist.ProcessGroupNCCL,
+               tensor: torch.Tensor) -> None:
+    # gloo: blocks until done. NCCL: orders the current CUDA stream after the broadcast, so the
+    # next write into a reused buffer, queued on that stream, cannot overtake it.
+    group.broadcast(tensor, 0).wait()
 
 
 class BroadcastTransport:
-    """The learner's side: rank 0 of a group with `num_engines` receivers; `layout`
+    """The sender's side: rank 0 of a group with `num_engines` receiving ranks (one per engine,
+    or per tensor-parallel worker when vLLM workers receive themselves). `layout`
     (`layout_of(model.state_dict().items())`) is what every push will carry.
 
-    Construction blocks until every receiver has joined (the rendezvous), so start the
+    Construction blocks until every receiver has connected (the rendezvous), so start the
     receivers first or concurrently. `timeout_s` bounds every broadcast: a dead engine makes
-    `push` raise instead of hanging the learner.
+    `push` raise instead of hanging the learner. `device` is where the one bucket buffer lives
+    (the learner's GPU for NCCL; gloo uses host memory).
     """
 
     def __init__(self, host: str, port: int, num_engines: int, layout: Layout,
-                 timeout_s: float = 300.0, backend: str = "gloo"):
-        self.layout = list(layout)
-        self.store, self.group = _group(host, port, 0, num_engines + 1, timeout_s, backend)
-        self.store.set("rlvr/weights/layout", pickle.dumps(self.layout))
+                 timeout_s: float = 300.0, *, bucket_bytes: int = DEFAULT_BUCKET_BYTES,
+                 backend: str = "gloo", device: torch.device | None = None):
+        self.device = buffer_device(backend, device)
+        self.layout = [TensorSpec(name, tuple(shape), dtype) for name, shape, dtype in layout]
+        self.buckets = cut_buckets(self.layout, bucket_bytes)
+        timeout = timedelta(seconds=timeout_s)
+        world_size = num_engines + 1
+        self.store = dist.TCPStore(host, port, world_size, is_master=True, timeout=timeout)
+        # Published before the group forms: receivers read the backend to build theirs.
+        self.store.set(_PLAN_KEY, pickle.dumps(SyncPlan(self.layout, bucket_bytes, backend)))
+        self.group = _process_group(self.store, 0, world_size, timeout, backend)
+        self._buffer_N: torch.Tensor | None = None  # the one bucket buffer, from the first push
+        self._failed = False
 
-    def push(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
-        named = list(named_tensors)
-        names = [n for n, _ in named]
-        if names != [n for n, _, _ in self.layout]:
-            raise ValueError("the weights pushed do not match the layout agreed at connection")
-        self.group.broadcast(torch.tensor([version], dtype=torch.long), 0).wait()
-        for buffer in _flatten([t for _, t in named]).values():
-            self.group.broadcast(buffer.contiguous(), 0).wait()
+    def push(self, named_tensors: NamedTensors, version: int) -> None:
+        """Broadcast weights in layout order, reading `named_tensors` one bucket at a time: a
+        generator is consumed lazily, and no tensor of an earlier bucket is referenced here
+        once its bucket is sent. Names, shapes and dtypes must match the layout."""
+        if self._failed:
+            raise RuntimeError("an earlier push failed midway, so the receivers are out of step; "
+                               "form a new group")
+        if self._buffer_N is None:
+            largest = max((b.nbytes for b in self.buckets), default=0)
+            self._buffer_N = torch.empty(largest, dtype=torch.uint8, device=self.device)
+        tensors = iter(named_tensors)
+        try:
+            _broadcast(self.group, torch.tensor([version], dtype=torch.long, device=self.device))
+            for bucket in self.buckets:
+                buffer_N = self._buffer_N[:bucket.nbytes]
+                _fill(bucket, buffer_N, tensors)
+                _broadcast(self.group, buffer_N)
+            extra = next(tensors, None)
+            if extra is not None:
+                raise ValueError(f"weight {extra[0]!r} is not in the layout agreed at connection")
+        except BaseException:
+            self._failed = True
+            raise
 
     def close(self) -> None:
         # A negative version tells receivers to stop listening.
         try:
-            self.group.broadcast(torch.tensor([-1], dtype=torch.long), 0).wait()
+            _broadcast(self.group, torch.tensor([-1], dtype=torch.long, device=self.device))
         except Exception:  # noqa: BLE001  receivers that are already gone need no goodbye
             pass
 
 
+def _fill(bucket: Bucket, buffer_N: torch.Tensor,
+          tensors: Iterator[tuple[str, torch.Tensor]]) -> None:
+    """Copy the bucket's tensors, taken from `tensors`, into its buffer. A function of its own
+    so that its locals, the last tensor included, are released before the next bucket."""
+    for (name, view), entry in zip(bucket.views(buffer_N), bucket.entries):
+        got = next(tensors, None)
+        if got is None:
+            raise ValueError(f"the weights pushed end before {name!r} of the agreed layout")
+        got_name, tensor = got
+        if (got_name, tuple(tensor.shape), tensor.dtype) != tuple(entry.spec):
+            raise ValueError(f"weight {got_name!r} {tuple(tensor.shape)} {tensor.dtype} does not "
+                             f"match the layout's {tuple(entry.spec)}")
+        view.copy_(tensor.detach())  # across devices too: a CPU gather into a GPU buffer
+
+
 class BroadcastReceiver:
-    """An engine process's side: `receive_into(engine)` waits for one push and loads it."""
+    """A receiving process's side, rank `rank` (1..num_engines) of the sender's group.
+
+    Layout, bucket size and backend come from the sender (`SyncPlan`); `backend`, if given, is
+    checked against the sender's. `device` is this process's CUDA device when the sender uses
+    NCCL (ignored by gloo). `receive_into(engine)` waits for one push and loads it.
+    """
 
     def __init__(self, host: str, port: int, rank: int, num_engines: int,
-                 timeout_s: float = 300.0, backend: str = "gloo"):
-        self.store, self.group = _group(host, port, rank, num_engines + 1, timeout_s, backend)
-        self.layout: Layout = pickle.loads(self.store.get("rlvr/weights/layout"))
-        sizes: dict[torch.dtype, int] = {}
-        for _, shape, dtype in self.layout:
-            sizes[dtype] = sizes.get(dtype, 0) + math.prod(shape)
-        self.buffers = {dtype: torch.empty(n, dtype=dtype) for dtype, n in sizes.items()}
+                 timeout_s: float = 300.0, *, backend: str | None = None,
+                 device: torch.device | None = None):
+        timeout = timedelta(seconds=timeout_s)
+        world_size = num_engines + 1
+        self.store = dist.TCPStore(host, port, world_size, is_master=False, timeout=timeout)
+        plan: SyncPlan = pickle.loads(self.store.get(_PLAN_KEY))
+        if backend is not None and backend != plan.backend:
+            raise ValueError(f"this receiver expects weight sync over {backend}, the sender "
+                             f"uses {plan.backend}")
+        self.backend, self.layout = plan.backend, plan.layout
+        self.buckets = cut_buckets(plan.layout, plan.bucket_bytes)
+        self.device = buffer_device(plan.backend, device)
+        self.group = _process_group(self.store, rank, world_size, timeout, plan.backend)
+        self._open: Iterator | None = None  # the weights of a push not yet fully read
+        self._failed = False
 
-    def receive(self) -> tuple[int, list[tuple[str, torch.Tensor]]] | None:
-        """The next push's version and weights (views into reused buffers); None at close."""
-        version = torch.zeros(1, dtype=torch.long)
-        self.group.broadcast(version, 0).wait()
-        if int(version) < 0:
+    def receive(self) -> tuple[int, Iterator[tuple[str, torch.Tensor]]] | None:
+        """Wait for the next push: its version, and its weights as an iterator that receives one
+        bucket per step of consumption. None when the sender closed. Read the iterator to
+        the end before the next `receive` (`receive_into` does)."""
+        if self._failed:
+            raise RuntimeError("a push was left half read or failed; the group is out of step")
+        if self._open is not None:
+            raise RuntimeError("the previous push's weights were not read to the end")
+        version_1 = torch.zeros(1, dtype=torch.long, device=self.device)
+        _broadcast(self.group, version_1)
+        version = int(version_1.item())
+        if version < 0:
             return None
-        for buffer in self.buffers.values():  # dict order = the sender's first-seen dtype order
-            self.group.broadcast(buffer, 0).wait()
-        return int(version), _unflatten(self.buffers, self.layout)
+        self._open = self._weights()
+        return version, self._open
+
+    def _weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+        try:
+            for bucket in self.buckets:
+                # A new buffer per bucket, not a reused one: an engine may keep the views past
+                # the bucket (vLLM's reload holds a layer's weights until the whole layer has
+                # arrived), and a reused buffer would overwrite them. On GPU the caching
+                # allocator hands back the freed block, so this costs no more than reuse.
+                buffer_N = torch.empty(bucket.nbytes, dtype=torch.uint8, device=self.device)
+                _broadcast(self.group, buffer_N)
+                yield from bucket.views(buffer_N)
+                del buffer_N  # freed before the next bucket's is allocated (if the engine let go)
+        except BaseException:  # a failed broadcast, or the reader gave up (GeneratorExit)
+            self._failed = True
+            raise
+        self._open = None
 
     def receive_into(self, engine: RolloutEngine) -> int | None:
+        """Wait for one push and load it with one `engine.update_weights(weights, version)`
+        call, the weights streaming in bucket by bucket as the engine reads them (the engine
+        sets its version after the last one). The version loaded, or None at close."""
         got = self.receive()
         if got is None:
             return None
         version, weights = got
-        engine.update_weights(weights, version)
+        try:
+            engine.update_weights(weights, version)
+        finally:
+            unread = sum(1 for _ in weights)  # keeps the group in step whatever the engine did
+        if unread:
+            raise RuntimeError(f"the engine left {unread} weights of version {version} unread")
         return version

@@ -123,3 +123,34 @@ def test_sigterm_during_a_spell_of_empty_batches_stops_within_a_step_with_state(
     last = json.loads(metrics.read_text().splitlines()[-1])["training_step"]
     states = sorted(p.name for p in (out / "state").iterdir())
     assert states and states[-1] in (f"step_{last:06d}", f"step_{last - 1:06d}")
+
+
+def test_a_colocated_engine_sleeps_through_the_update_and_wakes_before_the_sync(tmp_path):
+    """rollout.colocate on one device: the engine gives its memory back for the update
+    (vLLM sleep mode) and is awake again when the new weights arrive. A recording engine
+    stands in for vLLM (whose sleep mode needs CUDA): the order of calls is the trainer's."""
+    from rlvr.build import build_run
+    from rlvr.trainer import one_training_step
+
+    cfg = _cfg(tmp_path, "algorithm.filter_zero_std_samples=false")
+    cfg.rollout.colocate = True  # past validation: the transformers engine cannot sleep
+    run = build_run(cfg)
+    events = []
+    engine, learner = run.engine, run.learner
+
+    class Recording:
+        def sleep(self):
+            events.append("sleep")
+
+        def wake_up(self):
+            events.append("wake_up")
+
+        def update_weights(self, weights, version):
+            events.append("update_weights")
+            engine.update_weights(weights, version)
+
+    update = learner.update
+    learner.update = lambda *a, **k: (events.append("learner.update"), update(*a, **k))[1]
+    run.engine = Recording()
+    one_training_step(run, 1)
+    assert events == ["sleep", "learner.update", "wake_up", "update_weights"]

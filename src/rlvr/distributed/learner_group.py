@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import time
 from typing import Any, Iterator
 
@@ -146,6 +147,16 @@ class LearnerGroup:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._call("load_state_dict", [(state,)] + [(None,)] * (self.num_learners - 1))
+
+    def save_sharded_state(self, directory: str | os.PathLike, extra: dict[str, Any]) -> None:
+        """Every rank writes its own shards into `directory` (`LearnerWorker.save_sharded_state`),
+        which must be on a filesystem every rank's node reaches; nothing passes through here."""
+        self._call("save_sharded_state", [(directory, extra)] * self.num_learners)
+
+    def load_sharded_state(self, directory: str | os.PathLike) -> dict[str, Any]:
+        """Every rank reads its part of a sharded state saved by any number of ranks; returns
+        the saved `extra`."""
+        return self._call("load_sharded_state", [(directory,)] * self.num_learners)[0]
 
     def close(self) -> None:
         """Stop every rank. Safe to call twice and after a failure. A Ray session stays up

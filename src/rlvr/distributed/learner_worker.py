@@ -24,13 +24,14 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_
 from rlvr.algorithm.losses import LossParams, PolicyLoss
 from rlvr.device import bind, resolve_device
 from rlvr.distributed.ray_session import actor_resources, free_endpoint
-from rlvr.distributed.sharding import (ShardingMode, gather_full_state_dict, reshard,
+from rlvr.distributed.sharding import (ShardingMode, full_weight_layout,
+                                       gather_full_state_dict, iter_full_weights, reshard,
                                        shard_policy, sharded_forward_logprobs)
 from rlvr.distributed.world import DEFAULT_TIMEOUT_S, World, destroy_world, init_world
 from rlvr.learner import Learner, LearnerSettings, LearnerState, UpdateResult
 from rlvr.learner.learner import LossFn, load_optimizer_state_by_name
 from rlvr.models import load_causal_lm
-from rlvr.rollout.weight_sync import DEFAULT_BUCKET_BYTES, BroadcastTransport, layout_of
+from rlvr.rollout.weight_sync import DEFAULT_BUCKET_BYTES, BroadcastTransport
 from rlvr.types import PackedBatch
 
 
@@ -153,15 +154,18 @@ class LearnerWorker:
         GPU, gloo from a CPU); the first push also forms the group at `endpoint` (from
         `weight_sync_endpoint`), blocking until every engine has joined. `num_engines` counts
         receiving ranks. The bucket size is fixed by the first push."""
-        full = gather_full_state_dict(self._learner().policy, self.world)
+        policy = self._learner().policy
+        weights = iter_full_weights(policy)  # gathered one tensor at a time, on every rank
         if self.rank != 0:
+            for _ in weights:  # take part in each tensor's all-gather, in rank 0's order
+                pass
             return
         if self._engines is None:
             host, port = endpoint
             self._engines = BroadcastTransport(
-                host, port, num_engines, layout_of(full.items()), self.spec.timeout_s,
+                host, port, num_engines, full_weight_layout(policy), self.spec.timeout_s,
                 bucket_bytes=bucket_bytes, backend=self.device.backend, device=self.device.torch)
-        self._engines.push(full.items(), version)
+        self._engines.push(weights, version)
 
     def update_reference(self, alpha: float) -> None:
         """Polyak step on this rank's shards: policy and reference are sharded alike."""
@@ -215,4 +219,22 @@ class LearnerWorker:
         box = [obj]
         torch.distributed.broadcast_object_list(box, src=0)
         return box[0]
+
+    def save_sharded_state(self, directory: str | os.PathLike, extra: dict[str, Any]) -> None:
+        """`Learner.save_sharded_state`: every rank writes its own shards into `directory`, on
+        a filesystem every rank reaches; rank 0 writes `extra` and publishes. A collective."""
+        self._resharded().save_sharded_state(directory, extra)
+
+    def load_sharded_state(self, directory: str | os.PathLike) -> dict[str, Any]:
+        """`Learner.load_sharded_state`: saved by any number of ranks, each rank reads the
+        slices its shards need; returns the saved `extra` (on every rank). A collective."""
+        return self._resharded().load_sharded_state(directory)
+
+    def _resharded(self) -> Learner:
+        """The learner with its models as this rank's shards, what DCP reads and writes."""
+        learner = self._learner()
+        reshard(learner.policy)
+        if learner.reference is not None:
+            reshard(learner.reference)
+        return learner
 

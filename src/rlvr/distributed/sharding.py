@@ -36,11 +36,12 @@ parameters may be DTensors.
 from __future__ import annotations
 
 import types
-from typing import Literal
+from typing import Iterator, Literal
 
 import torch
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import DTensor
 from torch.distributed.fsdp import (CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy,
                                     OffloadPolicy, fully_shard, register_fsdp_forward_method)
 
@@ -126,6 +127,28 @@ def _sum_gradients_across_ranks(model: torch.nn.Module) -> None:
         if isinstance(module, FSDPModule):
             module.set_gradient_divide_factor(1.0)
             module.set_force_sum_reduction_for_comms(True)
+
+
+def full_weight_layout(model: torch.nn.Module) -> list[tuple[str, tuple[int, ...], torch.dtype]]:
+    """(name, full shape, dtype) of every weight `iter_full_weights` yields, without gathering:
+    a DTensor knows its global shape."""
+    return [(name, tuple(t.shape), t.dtype) for name, t in model.state_dict().items()]
+
+
+def iter_full_weights(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+    """The model's full weights one tensor at a time, for streaming to engines: each sharded
+    tensor is all-gathered when it is reached, so a rank holds one full tensor beyond its
+    shards, never a second full model (`gather_full_state_dict` gathers everything at once).
+
+    A collective per sharded tensor: every rank must run the iterator to its end, in step. A
+    tensor offloaded to the host (`cpu_offload`) is gathered on the mesh's device."""
+    for name, tensor in model.state_dict().items():
+        if isinstance(tensor, DTensor):
+            mesh_device = tensor.device_mesh.device_type
+            if tensor.device.type != mesh_device:  # GPU only: shards offloaded to the host
+                tensor = tensor.to(mesh_device)
+            tensor = tensor.full_tensor()
+        yield name, tensor.detach()
 
 
 def gather_full_state_dict(model: torch.nn.Module,

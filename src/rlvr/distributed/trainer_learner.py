@@ -11,12 +11,16 @@ and the engines always hold the same weights.
 
 `training_state` / `load_training_state` carry the exact-resume state of every rank through
 rank 0, in `Learner`'s format (`LearnerState`, keyed by parameter name): a state saved by either
-learner resumes in the other, on any number of ranks.
+learner resumes in the other, on any number of ranks. `save_sharded_state` /
+`load_sharded_state` instead have every rank write and read its own shards
+(`rlvr.checkpoint.sharded`), nothing passing through rank 0 or the driver; their directory must
+be on a filesystem every rank reaches.
 """
 
 from __future__ import annotations
 
-from typing import Iterator
+import os
+from typing import Any, Iterator
 
 import torch
 
@@ -69,6 +73,18 @@ class GroupLearner:
     def load_training_state(self, state: LearnerState) -> None:
         self.group.load_state_dict(state)
         self._policy_stale = True
+
+    def save_sharded_state(self, directory: str | os.PathLike, extra: dict[str, Any]) -> None:
+        """The ranks write their own shards, and rank 0 `extra`, into `directory`
+        (`rlvr.checkpoint.sharded`); it must be on a filesystem every rank reaches."""
+        self.group.save_sharded_state(directory, extra)
+
+    def load_sharded_state(self, directory: str | os.PathLike) -> dict[str, Any]:
+        """Restore a sharded state saved by any number of ranks (or a `Learner`); returns its
+        `extra`."""
+        extra = self.group.load_sharded_state(directory)
+        self._policy_stale = True
+        return extra
 
     def broadcast_to(self, engines: EngineGroup, version: int) -> None:
         """Rank 0 gathers and broadcasts to the engine actors; nothing passes through here.

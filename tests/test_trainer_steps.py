@@ -132,9 +132,8 @@ def test_a_colocated_engine_sleeps_through_the_update_and_wakes_before_the_sync(
     from rlvr.build import build_run
     from rlvr.trainer import one_training_step
 
-    cfg = _cfg(tmp_path, "algorithm.filter_zero_std_samples=false")
-    cfg.rollout.colocate = True  # past validation: the transformers engine cannot sleep
-    run = build_run(cfg)
+    run = build_run(_cfg(tmp_path, "algorithm.filter_zero_std_samples=false"))
+    run.cfg.rollout.colocate = True  # past validation and build: only vLLM on CUDA sleeps
     events = []
     engine, learner = run.engine, run.learner
 

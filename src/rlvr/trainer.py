@@ -22,8 +22,6 @@ from rlvr.build import Run, build_run
 from rlvr.checkpoint import save_final_model, save_model_checkpoint
 from rlvr.checkpoint.state import TrainingState, capture_rng, restore_rng, save_state
 from rlvr.config import Config
-from rlvr.distributed.engine_group import EngineGroup
-from rlvr.distributed.trainer_learner import GroupLearner
 from rlvr.interrupts import NumericalFault, StopOnSignal, TrainingInterrupted
 from rlvr.learner import UpdateResult
 from rlvr.metrics import StepTimer, learner_throughput
@@ -38,21 +36,22 @@ log = logging.getLogger(__name__)
 
 
 def sync_weights(run: Run, version: int) -> None:
-    """Learner -> engines, as policy version `version`. From learner actors to engine actors,
-    rank 0 broadcasts directly; otherwise the weights pass through this process (a tensor copy
-    for an engine here)."""
-    if isinstance(run.learner, GroupLearner) and isinstance(run.engine, EngineGroup):
-        run.learner.broadcast_to(run.engine, version)
-    else:
-        run.engine.update_weights(run.learner.named_weights(), version)
+    """Learner -> engines, as policy version `version`, by the path the learner picks
+    (`LearnerProtocol.send_weights`)."""
+    run.learner.send_weights(run.engine, version)
     run.policy_version = version
 
 
 def restore_state(run: Run, state: TrainingState) -> None:
-    parts = {"policy": state.policy, "reference": state.reference,
-             "optimizer": state.optimizer, "scheduler": state.scheduler}
     try:
-        run.learner.load_training_state(parts)
+        if state.learner_dir is not None:  # written sharded: each rank reads what it needs
+            extra = run.learner.load_sharded_state(state.learner_dir)
+            if extra.get("step") != state.step:
+                raise ValueError(f"its learner part is of step {extra.get('step')}")
+        else:
+            run.learner.load_training_state({
+                "policy": state.policy, "reference": state.reference,
+                "optimizer": state.optimizer, "scheduler": state.scheduler})
     except (KeyError, ValueError, RuntimeError) as e:
         # Every learner writes one format keyed by parameter name, so any launcher can load
         # it; what fails here is a state of another model or config.
@@ -68,9 +67,17 @@ def restore_state(run: Run, state: TrainingState) -> None:
 
 
 def capture_state(run: Run, step: int) -> TrainingState:
-    return TrainingState(step=step, episode=run.episode, mixer=run.source.mixer_state(),
-                         rng=capture_rng(), policy_version=run.policy_version,
-                         **run.learner.training_state())
+    """The run's state after step `step`. With `checkpoint.state_format=sharded` the learner's
+    part is not gathered here: `save_state` has the learner's ranks write their shards into
+    the state directory it builds (which every rank must be able to reach)."""
+    learner = run.learner
+    common = dict(step=step, episode=run.episode, mixer=run.source.mixer_state(),
+                  rng=capture_rng(), policy_version=run.policy_version)
+    if run.cfg.checkpoint.state_format == "sharded":
+        # The step goes in as the learner's `extra`: a check, on resume, that the parts agree.
+        return TrainingState(**common, policy={}, reference=None, optimizer={}, scheduler={},
+                             write_learner=lambda d: learner.save_sharded_state(d, {"step": step}))
+    return TrainingState(**common, **learner.training_state())
 
 
 def one_training_step(run: Run, step: int, produced: tuple[Episodes, dict[str, float]] | None = None

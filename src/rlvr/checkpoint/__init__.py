@@ -1,5 +1,6 @@
 """What a run writes to resume or to use later, always atomically (`atomic`): Hugging Face model
-directories (`models`) and the full training state for exact resume (`state`)."""
+directories (`models`), the training state for exact resume (`state`), and its learner part
+written by every rank in shards (`sharded`, `checkpoint.state_format=sharded`)."""
 
 from rlvr.checkpoint.atomic import write_text_atomic
 from rlvr.checkpoint.models import (latest_checkpoint, list_checkpoints, save_final_model,

@@ -1,10 +1,17 @@
 """Full training state for exact resume: weights, optimizer, schedule, RNGs, data position.
 
 A state is written into a temporary directory and renamed into place (`checkpoint.atomic`),
-with a manifest of SHA-256 checksums written before the rename: a crash mid-save leaves no half state behind, and a state whose
-files do not match their manifest is skipped on resume (with a warning) in favour of the one
-before. The run is reproducible step by step (sampling seeds derive from the step), so restoring
-these objects continues the exact same run.
+with a manifest of SHA-256 checksums written before the rename: a crash mid-save leaves no half
+state behind, and a state whose files do not match their manifest is skipped on resume (with a
+warning) in favour of the one before. The run is reproducible step by step (sampling seeds
+derive from the step), so restoring these objects continues the exact same run.
+
+The learner's part comes in one of two formats (`checkpoint.state_format`). Full: gathered on
+rank 0 and written here as `policy.safetensors`, `reference.safetensors` and inside
+`trainer.pt`. Sharded: the learner's ranks write it themselves into the `learner/` subdirectory
+of the state being built (`rlvr.checkpoint.sharded`), before the manifest and the rename, so a
+state is complete or absent in either format; the state directory must then be on a
+filesystem every learner rank reaches. A state is read back in the format it was written in.
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ import logging
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -25,6 +32,7 @@ from rlvr.checkpoint.atomic import fresh_tmp_dir, keep_last, publish_dir
 
 log = logging.getLogger(__name__)
 MANIFEST = "manifest.json"
+LEARNER_DIR = "learner"  # the sharded format's learner state
 
 
 @dataclass
@@ -42,6 +50,11 @@ class TrainingState:
     # Weight updates applied so far: the version the engines hold. States written before this
     # field existed read it as their step (every step updated then, as far as they knew).
     policy_version: int = 0
+    # The sharded format: policy, reference, optimizer and scheduler above are empty, and the
+    # learner's ranks write them. On save, `write_learner(directory)` writes them into the
+    # state being built; a loaded state names where they are in `learner_dir`.
+    write_learner: Callable[[Path], None] | None = None
+    learner_dir: Path | None = None
 
 
 def capture_rng() -> dict[str, Any]:
@@ -71,14 +84,18 @@ def _contiguous(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 def save_state(state: TrainingState, state_dir: Path, keep_last_n: int = 2) -> Path:
     target = Path(state_dir) / f"step_{state.step:06d}"
     tmp = fresh_tmp_dir(target)
-    save_file(_contiguous(state.policy), tmp / "policy.safetensors")
+    if state.write_learner is not None:
+        state.write_learner(tmp / LEARNER_DIR)
+    else:
+        save_file(_contiguous(state.policy), tmp / "policy.safetensors")
     if state.reference is not None:
         save_file(_contiguous(state.reference), tmp / "reference.safetensors")
     torch.save({"optimizer": state.optimizer, "scheduler": state.scheduler, "rng": state.rng,
                 "mixer": state.mixer}, tmp / "trainer.pt")
     (tmp / "progress.json").write_text(json.dumps({"step": state.step, "episode": state.episode,
                                                    "policy_version": state.policy_version}))
-    files = sorted(p.name for p in tmp.iterdir())
+    # Relative paths: the sharded format's learner files sit in a subdirectory.
+    files = sorted(p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file())
     manifest = {name: _sha256(tmp / name) for name in files}
     (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
     publish_dir(tmp, target)
@@ -118,10 +135,12 @@ def load_latest_state(state_dir: Path) -> TrainingState | None:
         trainer = torch.load(path / "trainer.pt", weights_only=False)
         progress = json.loads((path / "progress.json").read_text())
         reference = path / "reference.safetensors"
+        sharded = (path / LEARNER_DIR).is_dir()
         return TrainingState(
             step=progress["step"], episode=progress["episode"], mixer=trainer["mixer"],
-            policy=load_file(path / "policy.safetensors"),
+            policy={} if sharded else load_file(path / "policy.safetensors"),
             reference=load_file(reference) if reference.exists() else None,
             optimizer=trainer["optimizer"], scheduler=trainer["scheduler"], rng=trainer["rng"],
-            policy_version=progress.get("policy_version", progress["step"]))
+            policy_version=progress.get("policy_version", progress["step"]),
+            learner_dir=path / LEARNER_DIR if sharded else None)
     return None

@@ -28,6 +28,7 @@ from rlvr.algorithm.losses import PolicyLoss
 from rlvr.distributed.engine_group import EngineGroup
 from rlvr.distributed.learner_group import LearnerGroup
 from rlvr.learner import LearnerState, UpdateResult
+from rlvr.rollout.base import RolloutEngine
 from rlvr.types import PackedBatch
 
 
@@ -64,6 +65,14 @@ class GroupLearner:
                 own[name].copy_(tensor)
         self._policy_stale = False
         return iter(weights.items())
+
+    def send_weights(self, engine: RolloutEngine, version: int) -> None:
+        """Engine actors receive straight from rank 0 (`broadcast_to`); an engine in this
+        process takes the gathered weights."""
+        if isinstance(engine, EngineGroup):
+            self.broadcast_to(engine, version)
+        else:
+            engine.update_weights(self.named_weights(), version)
 
     def training_state(self) -> LearnerState:
         """Policy, reference, optimizer (keyed by parameter name) and scheduler, gathered on

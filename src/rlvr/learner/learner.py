@@ -19,6 +19,7 @@ import math
 import time
 import warnings
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import torch
@@ -31,6 +32,7 @@ from torch.distributed.tensor import DTensor
 from rlvr.algorithm.losses import LossInputs, LossOutputs
 from rlvr.algorithm.packing import plan_micro_batches
 from rlvr.algorithm.polyak import polyak_update_
+from rlvr.checkpoint.sharded import load_sharded, save_sharded
 from rlvr.device import memory_metrics
 from rlvr.learner.dropout import disable_dropout
 from rlvr.learner.forward import forward_logprobs
@@ -216,6 +218,11 @@ class Learner:
         for name, tensor in self.policy.state_dict().items():
             yield name, tensor.detach()
 
+    def send_weights(self, engine, version: int) -> None:
+        """Any engine takes the weights through its `update_weights` (an `EngineGroup` of
+        actors broadcasts them from this process)."""
+        engine.update_weights(self.named_weights(), version)
+
     def _autocast(self):
         if self.settings.bf16_autocast:
             # The compute device, not a literal: the same code runs on GPUs.
@@ -291,3 +298,18 @@ class Learner:
             grad_norm=grad_norm, learning_rate=learning_rate,
             skipped_steps=skipped, seconds=time.perf_counter() - start,
             memory=memory_metrics(self.device))
+
+    def save_sharded_state(self, directory: Path, extra: dict[str, Any]) -> None:
+        """Policy, reference, optimizer and scheduler, with `extra` (small picklable values),
+        written to `directory` by `rlvr.checkpoint.sharded`: on a sharded policy each rank writes
+        its own shards (a collective; `directory` must be on a filesystem every rank reaches),
+        in one process the whole state. Replaces an earlier copy only once complete."""
+        save_sharded(directory, self.policy, self.optimizer, self.reference,
+                     {"scheduler": self.scheduler.state_dict(), "extra": extra})
+
+    def load_sharded_state(self, directory: Path) -> dict[str, Any]:
+        """Restore what `save_sharded_state` wrote, on any number of ranks or in one process
+        (DCP reshards); returns its `extra`."""
+        saved = load_sharded(directory, self.policy, self.optimizer, self.reference)
+        self.scheduler.load_state_dict(saved["scheduler"])
+        return saved["extra"]

@@ -13,12 +13,14 @@ full state dicts, which also serve a sharded policy).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Iterator, Protocol, TypedDict, runtime_checkable
 
 import torch
 
 from rlvr.algorithm.losses import PolicyLoss
 from rlvr.learner.learner import UpdateResult
+from rlvr.rollout.base import RolloutEngine
 from rlvr.types import PackedBatch
 
 
@@ -67,7 +69,12 @@ class LearnerProtocol(Protocol):
         ...
 
     def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
-        """The policy's full weights by name, to send to an engine."""
+        """The policy's full weights by name (checkpoints, engines in this process)."""
+        ...
+
+    def send_weights(self, engine: RolloutEngine, version: int) -> None:
+        """Load the policy into `engine` as `version`, by the shortest path this learner knows
+        (a tensor copy in process; a broadcast from rank 0 to engine actors)."""
         ...
 
     def training_state(self) -> LearnerState:
@@ -77,6 +84,15 @@ class LearnerProtocol(Protocol):
 
     def load_training_state(self, state: LearnerState) -> None:
         """Restore what any learner's `training_state` returned."""
+        ...
+
+    def save_sharded_state(self, directory: Path, extra: dict) -> None:
+        """`checkpoint.state_format=sharded`: every rank writes its own shard of the same
+        state into `directory` (`rlvr.checkpoint.sharded`), with `extra` saved once."""
+        ...
+
+    def load_sharded_state(self, directory: Path) -> dict:
+        """Restore a sharded state written by any number of ranks; returns its `extra`."""
         ...
 
     def close(self) -> None:

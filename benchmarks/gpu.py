@@ -48,8 +48,9 @@ def build_model(args: argparse.Namespace) -> torch.nn.Module:
         return load_causal_lm(args.model, "float32", attn_implementation=args.attn)
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
+    hf_name = {"flex": "flex_attention"}.get(args.attn, args.attn)
     config = Qwen2Config(**SHAPES[args.shape], max_position_embeddings=32768,
-                         attn_implementation=args.attn)
+                         attn_implementation=hf_name)
     torch.manual_seed(0)
     return Qwen2ForCausalLM(config)
 
@@ -75,8 +76,8 @@ def main() -> None:
     parser.add_argument("--model", default="", help="a local HF model directory instead")
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     parser.add_argument("--bf16", default="auto", choices=["auto", "on", "off"])
-    parser.add_argument("--attn", default="sdpa", choices=["sdpa", "flex_attention",
-                                                          "flash_attention_2"])
+    parser.add_argument("--attn", default="sdpa", choices=["sdpa", "flex", "flash_attention_2"],
+                        help="model.attn_implementation")
     parser.add_argument("--tokens", type=int, default=32768, help="tokens per update")
     parser.add_argument("--pack-length", type=int, default=4096)
     parser.add_argument("--max-tokens-per-micro-batch", type=int, default=16384)

@@ -124,3 +124,17 @@ def test_batch_building_and_a_learner_update_create_no_tensor_on_the_default_dev
     assert batch.input_ids_RL.device.type == "cpu"
     assert result.grad_norm > 0 and result.num_response_tokens == batch.num_response_tokens
     assert any(not torch.equal(b, p) for b, p in zip(before, tiny_model.parameters()))
+
+
+@pytest.mark.parametrize("attn, message", [
+    ("flex", "FlexAttention does not support backward on CPU"),
+    ("flash_attention_2", "model.attn_implementation='flash_attention_2'")])
+def test_attention_that_cannot_train_here_fails_at_start(tmp_path, attn, message):
+    if attn == "flash_attention_2" and torch.cuda.is_available():
+        pytest.skip("a CUDA machine may have flash-attn")
+    out = subprocess.run(
+        [sys.executable, "-m", "rlvr.cli", "train", os.path.join(ROOT, "configs", "tiny.yaml"),
+         f"model.attn_implementation={attn}", "model.device=cpu",
+         f"experiment.output_dir={tmp_path}"], capture_output=True, text=True, timeout=180)
+    assert out.returncode == 2 and message in out.stderr, out.stderr[-2000:]
+    assert "Traceback" not in out.stderr

@@ -27,7 +27,8 @@ from rlvr.distributed.data_prep import DataPrepActor
 from rlvr.distributed.engine_group import EngineGroup
 from rlvr.distributed.trainer_learner import GroupLearner
 from rlvr.learner import Learner, LearnerProtocol, LearnerSettings
-from rlvr.learner.forward import check_attention_window, check_logit_path
+from rlvr.learner.forward import (check_attention_backward, check_attention_window,
+                                  check_logit_path, check_packed_attention)
 from rlvr.metrics import JsonlSink, MetricsLogger, ModelShape, build_sinks
 from rlvr.models import load_causal_lm, load_tokenizer, resolve_model_dir
 from rlvr.producer.groups import RewardShaping
@@ -132,11 +133,16 @@ def build_run(cfg: Config) -> Run:
     model_dir = resolve_model_dir(cfg.model.name_or_path)
     tokenizer = load_tokenizer(model_dir)
     data = tokenize_datasets(loaded, cfg.data, tokenizer, cfg.experiment.seed)
-    policy = load_causal_lm(model_dir, cfg.model.dtype)
+    try:
+        policy = load_causal_lm(model_dir, cfg.model.dtype, cfg.model.attn_implementation)
+    except ImportError as e:  # flash_attention_2 without flash-attn installed
+        raise ConfigError(f"model.attn_implementation={cfg.model.attn_implementation!r}: "
+                          f"{str(e).splitlines()[0]}") from e
     # Before any sharding: the learner must compute the logits the model's forward computes.
     try:
         check_logit_path(policy)
         check_attention_window(policy, cfg.data.max_prompt_length + cfg.rollout.response_length)
+        check_packed_attention(policy)
     except ValueError as e:  # a model the learner cannot train faithfully: the user's input
         raise ConfigError(f"model.name_or_path={cfg.model.name_or_path!r}: {e}") from e
     cluster_gpus = None
@@ -153,6 +159,11 @@ def build_run(cfg: Config) -> Run:
                           f"learner can use its GPU, but this run computes on {devices.type}; "
                           "on CPU the engine and learner share memory without it: set "
                           "rollout.colocate=false")
+    try:  # flex attention has no backward on CPU (torch 2.13)
+        check_attention_backward(policy, torch.device(devices.type))
+    except ValueError as e:
+        raise ConfigError(f"model.attn_implementation={cfg.model.attn_implementation!r}: "
+                          f"{e}") from e
     log.info("compute: %s", devices.describe())
     learner = build_learner(cfg, model_dir, policy, devices)
     eos_ids = tuple(sorted({tokenizer.eos_token_id} | _generation_eos_ids(policy)))
@@ -228,7 +239,8 @@ def build_learner(cfg: Config, model_dir: str, policy: torch.nn.Module,
     from rlvr.distributed import LearnerGroup, LearnerSpec
 
     spec = LearnerSpec(model_dir=str(model_dir), settings=settings, device=devices.type,
-                       dtype=cfg.model.dtype, sharding=d.sharding if cfg.world_size > 1 else
+                       dtype=cfg.model.dtype, attn_implementation=cfg.model.attn_implementation,
+                       sharding=d.sharding if cfg.world_size > 1 else
                        "none", cpu_offload=d.cpu_offload, with_reference=cfg.loads_reference,
                        timeout_s=d.collective_timeout_s, num_threads=actor_threads(cfg))
     group = LearnerGroup(spec, num_learners=cfg.world_size, backend="ray",

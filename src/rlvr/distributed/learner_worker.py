@@ -45,6 +45,7 @@ class LearnerSpec:
     # rank decide from what it sees); each rank picks its own GPU (`rlvr.device`).
     device: str = "auto"
     dtype: str = "float32"  # "float32" | "bfloat16", as `rlvr.models.load_causal_lm`
+    attn_implementation: str = "sdpa"  # `model.attn_implementation`
     sharding: ShardingMode = "fsdp"  # "none" only for a single rank
     cpu_offload: bool = False
     with_reference: bool = False  # a frozen reference policy (needed when beta > 0)
@@ -97,7 +98,7 @@ class LearnerWorker:
             self.world = init_world(self.rank, self.world_size, init_method,
                                     self.device.backend, timeout_s=spec.timeout_s)
         # The driver ran the load-time model checks on this directory and dtype (rlvr.build).
-        policy = load_causal_lm(spec.model_dir, spec.dtype)
+        policy = load_causal_lm(spec.model_dir, spec.dtype, spec.attn_implementation)
         # Copied before sharding: FSDP2 rewrites the module in place, and each copy needs its
         # own sharded parameters.
         reference = Learner.frozen_copy(policy) if spec.with_reference else None

@@ -1,10 +1,20 @@
 """Per-token logprobs (and entropy) of a packed batch under a causal LM.
 
-Packed rows hold several units (a prompt and the responses sharing it); a boolean causal mask
-confines each response to its prompt and itself, and position ids restart per prompt, so a
-packed row gives the same logprobs as its sequences run one by one (tested). Needs sdpa
-attention: eager attention silently ignores a boolean 4-D mask, so `rlvr.models.load_causal_lm`
-pins sdpa.
+Packed rows hold several units (a prompt and the responses sharing it); attention confines each
+response to its prompt and itself, and position ids restart per prompt, so a packed row gives
+the same logprobs as its sequences run one by one (tested). How attention is told so depends on
+the model's attention implementation (`model.config._attn_implementation`, set by
+`rlvr.models.load_causal_lm`), never on the device: `PACKED_ATTENTION` maps each to its decoder
+inputs.
+- sdpa: a dense boolean [R, 1, L, L] mask (`packed_attention_mask`); any device. Every query
+  still scores every key of its row, so its cost grows with the row length squared.
+- flex_attention: the same visibility as a block-sparse `BlockMask` (`packed_block_mask`):
+  blocks of keys no query of a block may see are skipped. torch 2.13 has no flex backward on
+  CPU (`check_attention_backward` refuses it there).
+- flash_attention_2: no mask; transformers' varlen path reads sequence starts off position ids
+  restarting at 0, so every token sees its whole contiguous sequence: it cannot let responses
+  share a prompt (`check_packed_attention`). CUDA with flash-attn only.
+Eager attention silently ignores a 4-D mask and is not offered.
 
 The learner runs the decoder and the vocabulary projection itself, at response positions only,
 instead of the model's `forward`; so whatever an architecture's `forward` does to its logits
@@ -16,12 +26,16 @@ with the model's own `forward` once per loaded model and refuses one it does not
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, fields
+from typing import Callable
 
 import torch
 from torch.distributed.fsdp import FSDPModule
+from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
 
 from rlvr.algorithm.packing import SequenceToPack, pack_sequences
+from rlvr.device import HOST
 from rlvr.types import PackedBatch
 
 
@@ -82,12 +96,132 @@ def packed_attention_mask(segment_ids_RL: torch.Tensor,
     gradients even though padding never reaches the loss.
     """
     rows, length = segment_ids_RL.shape
-    unique_pad_RL = -2 - torch.arange(length).expand(rows, length)
+    device = segment_ids_RL.device
+    unique_pad_RL = -2 - torch.arange(length, device=device).expand(rows, length)
     segment_RL = torch.where(segment_ids_RL >= 0, segment_ids_RL, unique_pad_RL)
     key_R1L = segment_RL[:, None, :]
     allowed_RLL = (key_R1L == segment_RL[:, :, None]) | (key_R1L == parent_segment_RL[:, :, None])
-    causal_LL = torch.ones(length, length, dtype=torch.bool).tril()
+    causal_LL = torch.ones(length, length, dtype=torch.bool, device=device).tril()
     return (allowed_RLL & causal_LL)[:, None]
+
+
+def packed_block_mask(segment_ids_RL: torch.Tensor, parent_segment_RL: torch.Tensor) -> BlockMask:
+    """The visibility of `packed_attention_mask` as a flex-attention `BlockMask` [R, 1, L, L],
+    except that padding sees nothing: flex gives a query with no key a zero output (sdpa gives
+    NaN), and whole blocks of padding are then skipped."""
+    rows, length = segment_ids_RL.shape
+    # Segment and parent in one code per token (-1 on padding), so the mask reads one value per
+    # position: torch 2.13's CPU flex kernel fails to compile (C++ errors) when its shapes
+    # change and the mask_mod loads more than two values.
+    stride = length + 2  # segments lie in [0, L), parents + 1 in [0, L]
+    code_RL = torch.where(segment_ids_RL >= 0,
+                          segment_ids_RL * stride + parent_segment_RL + 1, -1)
+
+    def may_attend(row, head, query, key):  # scalar indices, vmapped by create_block_mask
+        query_code, key_code = code_RL[row, query], code_RL[row, key]
+        key_segment = key_code // stride
+        own_chunk = query_code // stride == key_segment
+        parent_chunk = query_code % stride - 1 == key_segment  # never for a padding query
+        return (key <= query) & (key_code >= 0) & (own_chunk | parent_chunk)
+
+    return create_block_mask(may_attend, B=rows, H=None, Q_LEN=length, KV_LEN=length,
+                             device=segment_ids_RL.device)
+
+
+def _dense_mask_inputs(batch: PackedBatch) -> dict:
+    return {"input_ids": batch.input_ids_RL, "position_ids": batch.position_ids_RL,
+            "attention_mask": packed_attention_mask(batch.segment_ids_RL,
+                                                    batch.parent_segment_RL)}
+
+
+def _block_mask_inputs(batch: PackedBatch) -> dict:
+    return {"input_ids": batch.input_ids_RL, "position_ids": batch.position_ids_RL,
+            "attention_mask": packed_block_mask(batch.segment_ids_RL, batch.parent_segment_RL)}
+
+
+def _varlen_inputs(batch: PackedBatch) -> dict:
+    """All rows as one [1, R*L] sequence and no mask: transformers' flash path then cuts it
+    where position ids restart at 0 (each padding slot, at position 0, is a sequence of its
+    own). Exact only while each prompt has a single response after it: a second one continues
+    the prompt's positions, so it would see its sibling."""
+    # A response chunk is numbered right after its prompt's; a sibling comes later.
+    sibling_RL = (batch.parent_segment_RL >= 0) & (
+        batch.segment_ids_RL - batch.parent_segment_RL > 1)
+    if bool(sibling_RL.any()):  # one device sync, as the varlen path itself has
+        raise ValueError("flash_attention_2 got a batch whose responses share a prompt; pack "
+                         "it with share_prompts=False (see check_packed_attention)")
+    return {"input_ids": batch.input_ids_RL.reshape(1, -1),
+            "position_ids": batch.position_ids_RL.reshape(1, -1)}
+
+
+@dataclass(frozen=True)
+class PackedAttention:
+    """How one attention implementation is told what each token of a packed row may see."""
+
+    decoder_inputs: Callable[[PackedBatch], dict]  # keyword arguments of the decoder's forward
+    shares_prompts: bool  # can a response see a prompt that sibling responses also see?
+    # Why it cannot differentiate on a device (a message), or None if it can.
+    backward_error: Callable[[torch.device], str | None] = lambda device: None
+
+
+def _flex_backward_error(device: torch.device) -> str | None:
+    """Asks torch rather than assuming: a tiny differentiable flex call on `device` (eager,
+    so no compilation; torch 2.13 refuses every CPU one before computing anything)."""
+    query = torch.zeros(1, 1, 16, 8, device=device, requires_grad=True)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "called without torch.compile"
+            flex_attention(query, query, query).sum().backward()
+    except (NotImplementedError, RuntimeError, ValueError) as error:
+        return str(error)
+    return None
+
+
+# Keyed on transformers' names for the implementations (`model.config._attn_implementation`).
+PACKED_ATTENTION: dict[str, PackedAttention] = {
+    "sdpa": PackedAttention(_dense_mask_inputs, shares_prompts=True),
+    "flex_attention": PackedAttention(_block_mask_inputs, shares_prompts=True,
+                                      backward_error=_flex_backward_error),
+    "flash_attention_2": PackedAttention(_varlen_inputs, shares_prompts=False),
+}
+
+
+def packed_attention(model: torch.nn.Module) -> PackedAttention:
+    """The packed-row inputs of the model's attention implementation; ValueError for one that
+    cannot confine packed sequences (eager ignores a 4-D mask)."""
+    name = model.config._attn_implementation
+    if name not in PACKED_ATTENTION:
+        raise ValueError(f"{type(model).__name__} runs attn_implementation={name!r}, so it "
+                         "cannot be trained on packed rows (eager attention ignores their 4-D "
+                         f"mask): load it with one of {sorted(PACKED_ATTENTION)} "
+                         "(rlvr.models.load_causal_lm)")
+    return PACKED_ATTENTION[name]
+
+
+def check_packed_attention(model: torch.nn.Module, share_prompts: bool = True) -> None:
+    """Raise ValueError if the model's attention cannot give packed rows their layout.
+
+    `share_prompts` says whether packing puts a group's responses after one copy of their
+    prompt (`rlvr.algorithm.packing.pack_sequences`, on by default and the trainer's only
+    layout): each response must then see the prompt but not its siblings, a mask that
+    flash-attention's variable-length kernels (one contiguous causal sequence per token)
+    cannot express.
+    """
+    attention, name = packed_attention(model), model.config._attn_implementation
+    if share_prompts and not attention.shares_prompts:
+        raise ValueError(
+            f"attn_implementation={name!r} attends within contiguous sequences only, but "
+            "packing shares each group's prompt among its responses (a response sees the "
+            "prompt, not its siblings), which needs a mask: use flex (a block-sparse mask) or "
+            "sdpa, or pack without shared prompts")
+
+
+def check_attention_backward(model: torch.nn.Module, device: torch.device) -> None:
+    """Raise ValueError if the model's attention cannot be differentiated on `device` (where
+    the learner trains): flex attention has no CPU backward in torch 2.13."""
+    if (error := packed_attention(model).backward_error(device)) is not None:
+        raise ValueError(f"attn_implementation={model.config._attn_implementation!r} cannot "
+                         f"train on {device}: {error} Use sdpa there.")
 
 
 def forward_logprobs(model: torch.nn.Module, batch: PackedBatch, temperature: float,
@@ -103,22 +237,23 @@ def forward_logprobs(model: torch.nn.Module, batch: PackedBatch, temperature: fl
     logits_NV = response_logits(model, batch) / temperature
     logp_NV = torch.log_softmax(logits_NV, dim=-1)
     token_logp_N = logp_NV.gather(-1, batch.input_ids_RL[target_RL][:, None]).squeeze(-1)
-    logprobs_RL = torch.zeros(target_RL.shape, dtype=token_logp_N.dtype)
+    logprobs_RL = torch.zeros(target_RL.shape, dtype=token_logp_N.dtype, device=target_RL.device)
     logprobs_RL = logprobs_RL.masked_scatter(target_RL, token_logp_N)
     entropy_RL = None
     if with_entropy:
         with torch.no_grad():  # a metric only: keep it out of the graph
             entropy_N = -(logp_NV.exp() * logp_NV).sum(-1)
-            entropy_RL = torch.zeros(target_RL.shape).masked_scatter(target_RL, entropy_N)
+            entropy_RL = torch.zeros(target_RL.shape, dtype=entropy_N.dtype,
+                                     device=target_RL.device).masked_scatter(target_RL, entropy_N)
     return logprobs_RL, entropy_RL
 
 
 def response_logits(model: torch.nn.Module, batch: PackedBatch) -> torch.Tensor:
     """Float32 logits [N, V] predicting the batch's N response tokens (row-major order)."""
-    mask_R1LL = packed_attention_mask(batch.segment_ids_RL, batch.parent_segment_RL)
     target_RL = batch.response_mask_RL
-    rows_N = torch.arange(len(target_RL))[:, None].expand_as(target_RL)[target_RL]
-    hidden_RLH = _hidden_states(model, batch, mask_R1LL)
+    rows_N = torch.arange(len(target_RL), device=target_RL.device)[:, None].expand_as(
+        target_RL)[target_RL]
+    hidden_RLH = _hidden_states(model, batch)
     hidden_NH = hidden_RLH[rows_N, batch.predictor_pos_RL[target_RL]]
     return output_logits(model, hidden_NH)
 
@@ -146,11 +281,11 @@ def _setting(config, name: str | None) -> float | None:
     return getattr(config, name, None) if name is not None else None
 
 
-def _hidden_states(model: torch.nn.Module, batch: PackedBatch, mask_R1LL: torch.Tensor):
+def _hidden_states(model: torch.nn.Module, batch: PackedBatch) -> torch.Tensor:
     """Final hidden states [R, L, H] from the decoder stack, without the vocabulary projection."""
-    out = model.get_decoder()(input_ids=batch.input_ids_RL, position_ids=batch.position_ids_RL,
-                              attention_mask=mask_R1LL, use_cache=False)
-    return out.last_hidden_state
+    inputs = packed_attention(model).decoder_inputs(batch)
+    out = model.get_decoder()(**inputs, use_cache=False)
+    return out.last_hidden_state.reshape(*batch.input_ids_RL.shape, -1)  # varlen runs [1, R*L]
 
 
 # Tolerances on the relative gap (logits, packing) for float32 and for 16-bit weights. Same
@@ -166,7 +301,8 @@ def check_logit_path(model: torch.nn.Module) -> None:
 
     Call it once per loaded model, before `shard_policy` (on a sharded model the learner's path
     only runs inside the root's FSDP hooks). A 6-token prompt with two 5-token responses is
-    packed into one row, and two things are compared:
+    packed into one row (the prompt once, if the model's attention lets responses share it),
+    and two things are compared:
     - the logits: `model(...)` is given the very same packed row, so both paths run the same
       decoder computation and any difference comes from what follows it;
     - the packing: the second response's logits against `model(...)` on its sequence alone,
@@ -180,7 +316,9 @@ def check_logit_path(model: torch.nn.Module) -> None:
     name = f"{type(model).__name__} (model_type '{model.config.model_type}')"
     _refuse_unknown_logit_settings(model, name)
     first, second = _probe_sequences(model.config.get_text_config().vocab_size)
-    batch = pack_sequences([first, second], pack_length=16)
+    device = next(model.parameters()).device
+    share = packed_attention(model).shares_prompts
+    batch = pack_sequences([first, second], pack_length=32, share_prompts=share).to(device)
     was_training = model.training
     model.eval()  # dropout would tell the paths apart
     try:
@@ -231,7 +369,8 @@ def _refuse_unknown_logit_settings(model: torch.nn.Module, name: str) -> None:
 
 def _probe_sequences(vocab_size: int) -> tuple[SequenceToPack, SequenceToPack]:
     """One prompt, two responses: fixed pseudo-random tokens, the same on every machine."""
-    ids = torch.randint(0, vocab_size, (16,), generator=torch.Generator().manual_seed(0)).tolist()
+    generator = torch.Generator(device=HOST).manual_seed(0)
+    ids = torch.randint(0, vocab_size, (16,), generator=generator, device=HOST).tolist()
     return (SequenceToPack(ids[:6], ids[6:11], [0.0] * 5, advantage=0.0, index=0),
             SequenceToPack(ids[:6], ids[11:16], [0.0] * 5, advantage=0.0, index=1))
 
@@ -239,16 +378,16 @@ def _probe_sequences(vocab_size: int) -> tuple[SequenceToPack, SequenceToPack]:
 def _own_logits_on_row(model: torch.nn.Module, batch: PackedBatch) -> torch.Tensor:
     """Float32 logits [N, V] of `model(...)` on the batch's one packed row, at the positions
     predicting its response tokens."""
-    mask_R1LL = packed_attention_mask(batch.segment_ids_RL, batch.parent_segment_RL)
-    logits_RLV = model(input_ids=batch.input_ids_RL, position_ids=batch.position_ids_RL,
-                       attention_mask=mask_R1LL, use_cache=False).logits
+    inputs = packed_attention(model).decoder_inputs(batch)
+    logits_RLV = model(**inputs, use_cache=False).logits.reshape(*batch.input_ids_RL.shape, -1)
     target_L = batch.response_mask_RL[0]
     return logits_RLV[0, batch.predictor_pos_RL[0, target_L]].float()
 
 
 def _own_response_logits(model: torch.nn.Module, seq: SequenceToPack) -> torch.Tensor:
     """Float32 logits [T, V] of `model(...)` on `seq` alone, predicting its response tokens."""
-    ids_1L = torch.tensor([seq.prompt_ids + seq.response_ids])
+    ids_1L = torch.tensor([seq.prompt_ids + seq.response_ids],
+                          device=next(model.parameters()).device)
     return model(input_ids=ids_1L, use_cache=False).logits[0, len(seq.prompt_ids) - 1:-1].float()
 
 
@@ -277,8 +416,8 @@ def _describe(own_NV: torch.Tensor, ours_NV: torch.Tensor) -> str:
 def check_attention_window(model: torch.nn.Module, max_sequence_length: int) -> None:
     """Raise ValueError if the model's sliding-window attention is shorter than a sequence.
 
-    Packed rows carry one boolean 4-D mask for every layer (`packed_attention_mask`), which has
-    no window: a sliding-window layer would see keys its own forward hides, and logprobs drift
+    Packed rows carry one mask for every layer (`packed_attention_mask`, `packed_block_mask`),
+    which has no window: a sliding-window layer would see keys its own forward hides, and logprobs drift
     (0.78 nats measured on a tiny Gemma2 with a window of 4). While every sequence fits in the
     window the two agree, so only longer sequences are refused.
     """

@@ -1,0 +1,211 @@
+"""Seconds per pass over packed rows: sdpa with a dense mask against flex attention with a
+block mask (`model.attn_implementation` sdpa | flex, `rlvr.learner.forward`), on this machine.
+
+Both run the learner's own path (`forward_logprobs`) on one model with the same weights, built
+from a config (SmolLM2-135M's shape by default, random weights: nothing to download). Batches
+hold the quick start's groups (a 44-token prompt shared by 8 responses of 8-32 tokens) packed
+into rows of each length, the same number of tokens per batch, so only attention's share of the
+work changes with the row length. Passes:
+- train: forward + backward of the summed logprobs (the learner's step, without the optimizer);
+  flex only where torch can differentiate it (`check_attention_backward`: not on CPU in 2.13);
+- no-grad forward: what the reference model and logprob recomputation run; flex compiled, as
+  transformers calls it (the first call per shape compiles: its time is printed apart), and,
+  with --flex-eager, flex's unfused reference implementation (it materialises every score);
+- attention alone: one layer's attention at the model's head shapes, mask built once, to show
+  the kernels' ratio before the rest of the layer dilutes it.
+Settings alternate within each repeat (noise from other processes hits both alike); figures
+are medians, with the minimum.
+
+    python benchmarks/attention.py                           # 30 layers, rows of 256/512/1024
+    python benchmarks/attention.py --layers 4 --repeats 3    # a quicker look
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import time
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+SMOLLM2_135M = dict(vocab_size=49152, hidden_size=576, intermediate_size=1536,
+                    num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=8192,
+                    tie_word_embeddings=True, rms_norm_eps=1e-5, rope_theta=100000.0)
+
+
+def build_models(layers: int, device: torch.device) -> dict[str, torch.nn.Module]:
+    """The same weights under each attention implementation (transformers' names)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    def build(attn_implementation: str) -> torch.nn.Module:  # a config each: it holds the choice
+        config = LlamaConfig(**SMOLLM2_135M, num_hidden_layers=layers)
+        return LlamaForCausalLM._from_config(config, attn_implementation=attn_implementation)
+
+    torch.manual_seed(0)
+    models = {"sdpa": build("sdpa"), "flex": build("flex_attention")}
+    models["flex"].load_state_dict(models["sdpa"].state_dict())
+    return {name: model.to(device).eval() for name, model in models.items()}  # no dropout
+
+
+def build_batch(row_length: int, rows: int, seed: int):
+    """Quick-start groups packed in order until `rows` rows are full."""
+    from rlvr.algorithm.packing import SequenceToPack, pack_sequences
+
+    rng = random.Random(seed)
+    seqs: list[SequenceToPack] = []
+    while True:
+        prompt = [rng.randrange(3, 49152) for _ in range(44)]
+        group = []
+        for _ in range(8):
+            n = rng.randint(8, 32)
+            group.append(SequenceToPack(prompt, [rng.randrange(3, 49152) for _ in range(n)],
+                                        [-1.0] * n, advantage=1.0, index=len(seqs) + len(group)))
+        if pack_sequences(seqs + group, row_length).num_rows > rows:
+            return pack_sequences(seqs, row_length)
+        seqs += group
+
+
+def _sync() -> None:
+    if torch.accelerator.is_available():
+        torch.accelerator.synchronize()
+
+
+def timed(fn: Callable[[], object]) -> float:
+    _sync()
+    start = time.perf_counter()
+    fn()
+    _sync()
+    return time.perf_counter() - start
+
+
+def train_pass(model, batch) -> None:
+    from rlvr.learner.forward import forward_logprobs
+
+    logprobs_RL, _ = forward_logprobs(model, batch, temperature=1.0)
+    logprobs_RL.sum().backward()
+    model.zero_grad(set_to_none=True)
+
+
+def forward_pass(model, batch) -> None:
+    from rlvr.learner.forward import forward_logprobs
+
+    with torch.no_grad():
+        forward_logprobs(model, batch, temperature=1.0)
+
+
+def attention_passes(batch, model) -> dict[str, Callable[[], object]]:
+    """One layer's attention (no grad) at the model's shapes, each with its mask prebuilt."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    from rlvr.learner.forward import packed_attention_mask, packed_block_mask
+
+    config = model.config
+    rows, length = batch.input_ids_RL.shape
+    head_dim = config.hidden_size // config.num_attention_heads
+    device = batch.input_ids_RL.device
+    query = torch.randn(rows, config.num_attention_heads, length, head_dim, device=device)
+    key = torch.randn(rows, config.num_key_value_heads, length, head_dim, device=device)
+    dense = packed_attention_mask(batch.segment_ids_RL, batch.parent_segment_RL)
+    block = packed_block_mask(batch.segment_ids_RL, batch.parent_segment_RL)
+    compiled = torch.compile(flex_attention)
+    with torch.no_grad():
+        return {"sdpa": lambda: F.scaled_dot_product_attention(query, key, key, attn_mask=dense,
+                                                               enable_gqa=True),
+                "flex": lambda: compiled(query, key, key, block_mask=block, enable_gqa=True)}
+
+
+def race(passes: dict[str, Callable[[], object]], repeats: int) -> dict[str, list[float]]:
+    """First call of each (compilation) timed apart, then `repeats` interleaved rounds."""
+    first = {name: timed(fn) for name, fn in passes.items()}
+    times: dict[str, list[float]] = {name: [] for name in passes}
+    for _ in range(repeats):
+        for name, fn in passes.items():
+            times[name].append(timed(fn))
+    for name, t in times.items():
+        print(f"    {name:<11} {statistics.median(t):8.4f} s/iteration (median of {repeats}; "
+              f"min {min(t):.4f}; first call {first[name]:.2f} s)", flush=True)
+    if "sdpa" in times and "flex" in times:
+        ratio = statistics.median(times["flex"]) / statistics.median(times["sdpa"])
+        per_round = [f / s for f, s in zip(times["flex"], times["sdpa"])]
+        print(f"    flex / sdpa = {ratio:.3f} (per round {min(per_round):.3f}-"
+              f"{max(per_round):.3f}; below 1 means flex is faster)", flush=True)
+    return times
+
+
+def with_eager_flex(fn: Callable[[], object]) -> Callable[[], object]:
+    """`fn` run through flex's unfused reference implementation instead of the compiled one."""
+    import transformers.integrations.flex_attention as hf_flex
+    from torch.nn.attention.flex_attention import flex_attention
+
+    def run():
+        compiled = hf_flex.compile_friendly_flex_attention
+        hf_flex.compile_friendly_flex_attention = (
+            lambda query, key, value, training=False, **kwargs:
+            flex_attention(query, key, value, **kwargs))
+        try:
+            return fn()
+        finally:
+            hf_flex.compile_friendly_flex_attention = compiled
+    return run
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--layers", type=int, default=30, help="30: SmolLM2-135M")
+    parser.add_argument("--lengths", type=int, nargs="+", default=[256, 512, 1024])
+    parser.add_argument("--tokens", type=int, default=1024, help="token slots per batch")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--flex-eager", action="store_true",
+                        help="also time flex's unfused implementation (no-grad forward)")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+
+    import warnings
+
+    from rlvr.device import describe_host, resolve_device
+    from rlvr.learner.forward import check_attention_backward, packed_block_mask
+
+    warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
+    torch.set_num_threads(args.threads)
+    device = resolve_device("auto").torch
+    print(f"host: {describe_host()}, capability {torch.backends.cpu.get_cpu_capability()}; "
+          f"computing on {device}, float32", flush=True)
+    models = build_models(args.layers, device)
+    print(f"model: SmolLM2-135M's shape with {args.layers} layers, "
+          f"{sum(p.numel() for p in models['sdpa'].parameters()) / 1e6:.1f}M parameters")
+    try:
+        check_attention_backward(models["flex"], device)
+        flex_trains = True
+    except ValueError as error:
+        flex_trains = False
+        print(f"flex train pass skipped: {error}")
+    for length in args.lengths:
+        batch = build_batch(length, max(1, args.tokens // length), args.seed).to(device)
+        rows, width = batch.input_ids_RL.shape
+        block = packed_block_mask(batch.segment_ids_RL, batch.parent_segment_RL)
+        computed = int(block.kv_num_blocks.sum() + block.full_kv_num_blocks.sum())
+        print(f"\nrows of {length}: {rows} x {width} tokens ({batch.num_tokens} real, "
+              f"{batch.num_sequences} sequences); flex computes {computed} of "
+              f"{block.kv_indices.numel()} {block.BLOCK_SIZE[0]}x{block.BLOCK_SIZE[1]} blocks",
+              flush=True)
+        train = {"sdpa": lambda: train_pass(models["sdpa"], batch)}
+        if flex_trains:
+            train["flex"] = lambda: train_pass(models["flex"], batch)
+        print("  train (forward + backward):", flush=True)
+        race(train, args.repeats)
+        forward = {name: (lambda m=model: forward_pass(m, batch)) for name, model in
+                   models.items()}
+        if args.flex_eager:
+            forward["flex eager"] = with_eager_flex(forward["flex"])
+        print("  no-grad forward:", flush=True)
+        race(forward, args.repeats)
+        print("  attention alone, one layer (no grad):", flush=True)
+        race(attention_passes(batch, models["sdpa"]), 4 * args.repeats)
+
+
+if __name__ == "__main__":
+    main()

@@ -37,6 +37,7 @@ from rlvr.producer.source import EpisodeSource, SourceSettings
 from rlvr.rewards.scorer import RewardScorer
 from rlvr.rollout import EngineSettings, RolloutEngine, create_engine
 from rlvr.types import SamplingParams
+from rlvr.workflows import WorkflowSettings, get_workflow, is_known_workflow
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +102,7 @@ def check_registered_names(cfg: Config) -> None:
     from rlvr.rewards import is_known_verifier
     from rlvr.rewards.scorer import AGGREGATORS
     from rlvr.rollout import ENGINES
+    from rlvr.workflows import WORKFLOWS
 
     a = cfg.algorithm
     choices = [("algorithm.loss_fn", a.loss_fn, POLICY_LOSSES),
@@ -111,6 +113,14 @@ def check_registered_names(cfg: Config) -> None:
                ("rewards.reward_aggregator", cfg.rewards.reward_aggregator, AGGREGATORS)]
     errors = [f"{field}={value!r} is not one of {sorted(known)}"
               for field, value, known in choices if value not in known]
+    if not is_known_workflow(cfg.rollout.workflow):
+        errors.append(f"rollout.workflow={cfg.rollout.workflow!r} is not one of "
+                      f"{sorted(WORKFLOWS)} (or 'package.module:function')")
+    elif ":" in cfg.rollout.workflow:
+        try:  # imported now: a typo fails before any model loads
+            get_workflow(cfg.rollout.workflow)
+        except (ImportError, KeyError) as e:
+            errors.append(f"rollout.workflow={cfg.rollout.workflow!r}: {e}")
     errors += [f"rewards.remap_verifier.{source}={target!r} is not a known verifier"
                for source, target in cfg.rewards.remap_verifier.items()
                if not is_known_verifier(target)]
@@ -169,7 +179,7 @@ def build_run(cfg: Config) -> Run:
     eos_ids = tuple(sorted({tokenizer.eos_token_id} | _generation_eos_ids(policy)))
     engine = build_engine(cfg, model_dir, eos_ids, tokenizer.pad_token_id, devices)
     scorer = RewardScorer(**scorer_args(cfg))
-    source = build_source(cfg, data, engine, scorer)
+    source = build_source(cfg, data, engine, scorer, tokenizer)
     state_dir = Path(cfg.checkpoint.checkpoint_state_dir or output_dir / "state")
     state = load_latest_state(state_dir) if cfg.checkpoint.resume else None
     if state is not None:  # before the sink opens the file: drop steps the state does not hold
@@ -300,14 +310,27 @@ def source_settings(cfg: Config) -> SourceSettings:
                                 stop_strings=tuple(r.stop_strings), seed=cfg.experiment.seed),
         shaping=reward_shaping(cfg),
         active=ActiveSampling(a.active_sampling, a.active_sampling_max_rounds),
-        retire_pass_rate=a.no_resampling_pass_rate)
+        retire_pass_rate=a.no_resampling_pass_rate,
+        workflow=r.workflow, workflow_settings=workflow_settings(cfg),
+        episode_timeout_s=r.episode_timeout_s,
+        tokenizer_dir=resolve_model_dir(cfg.model.name_or_path))
 
 
-def build_source(cfg: Config, data: DataBundle, engine: RolloutEngine,
-                 scorer: RewardScorer) -> EpisodeSource | DataPrepActor:
+def workflow_settings(cfg: Config) -> WorkflowSettings:
+    r = cfg.rollout
+    return WorkflowSettings(max_turns=r.max_turns, turn_discount=r.turn_discount,
+                            feedback=r.feedback, max_tool_calls=r.max_tool_calls,
+                            tool_timeout_s=r.tool_timeout_s,
+                            tool_output_chars=r.tool_output_chars,
+                            max_episode_tokens=cfg.episode_tokens,
+                            args=dict(r.workflow_args))
+
+
+def build_source(cfg: Config, data: DataBundle, engine: RolloutEngine, scorer: RewardScorer,
+                 tokenizer: object = None) -> EpisodeSource | DataPrepActor:
     """Prompts -> engine -> scored groups: here, or in the data-preparation actor."""
     if not cfg.distributed.data_prep_actor:
-        return EpisodeSource(data.train, engine, scorer, source_settings(cfg))
+        return EpisodeSource(data.train, engine, scorer, source_settings(cfg), tokenizer)
     return DataPrepActor(data.train, engine, source_settings(cfg), scorer_args(cfg),
                          timeout_s=cfg.distributed.collective_timeout_s)
 

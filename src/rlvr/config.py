@@ -133,6 +133,20 @@ class RolloutConfig:
     # Weights travel from learner rank 0 to engine actors in buckets of at most this many MB,
     # so a large model is never copied whole a second time on either side.
     weight_sync_bucket_mb: int = 512
+    # Rollout workflow (rlvr.workflows): single_turn | multi_turn | tool_use, or a user's
+    # async function named 'package.module:function'.
+    workflow: str = "single_turn"
+    max_turns: int = 3  # model turns per episode (multi_turn, tool_use)
+    turn_discount: float = 0.9  # multi_turn: a right answer at retry t earns discount**t
+    feedback: str = "Your answer is incorrect. Think again and give a corrected final answer."
+    max_tool_calls: int = 4  # tool_use: calls per episode
+    tool_timeout_s: float = 5.0  # tool_use: wall-clock limit of one Python tool call
+    tool_output_chars: int = 1000  # tool_use: longer tool output is cut
+    # Tokens after the prompt over all turns (bounds the packed sequence); 0: response_length
+    # x max_turns for multi-turn workflows.
+    max_episode_tokens: int = 0
+    episode_timeout_s: float = 600.0  # an episode running longer is dropped and counted
+    workflow_args: dict[str, Any] = field(default_factory=dict)  # for a user's workflow
 
 
 @dataclass
@@ -269,6 +283,15 @@ class Config:
         return self.experiment.total_episodes // self.samples_per_step
 
     @property
+    def episode_tokens(self) -> int:
+        """The most tokens an episode holds after its prompt: one response, or every turn of
+        a multi-turn workflow (`rollout.max_episode_tokens`, else response_length x turns)."""
+        r = self.rollout
+        if r.workflow == "single_turn":
+            return r.response_length
+        return r.max_episode_tokens or r.response_length * r.max_turns
+
+    @property
     def world_size(self) -> int:
         return sum(self.distributed.num_learners_per_node)
 
@@ -390,10 +413,11 @@ def _check_async(errors: list[str], cfg: Config) -> None:
     if r.async_steps > 0 and cfg.algorithm.active_sampling:
         errors.append("algorithm.active_sampling with rollout.async_steps > 0 is not supported: "
                       "use one or the other")
-    if r.engine == "vllm" and r.vllm_max_model_len < cfg.data.max_prompt_length + r.response_length:
+    if r.engine == "vllm" and r.vllm_max_model_len < cfg.data.max_prompt_length + cfg.episode_tokens:
         errors.append(f"rollout.vllm_max_model_len={r.vllm_max_model_len} is below "
-                      f"data.max_prompt_length + rollout.response_length = "
-                      f"{cfg.data.max_prompt_length + r.response_length}")
+                      f"data.max_prompt_length + the episode's tokens (rollout.response_length"
+                      f", x rollout.max_turns for multi-turn workflows) = "
+                      f"{cfg.data.max_prompt_length + cfg.episode_tokens}")
 
 
 def _check_rho(errors: list[str], cfg: Config) -> None:
@@ -444,6 +468,22 @@ def _check_gpu_settings(errors: list[str], cfg: Config) -> None:
                        "parameter in fp32) must fit on the one device together")
         if why:
             errors.append("rollout.colocate=true needs " + "; ".join(why))
+
+
+def _check_workflow(errors: list[str], r: RolloutConfig) -> None:
+    if r.max_turns < 1 or r.max_tool_calls < 0 or r.max_episode_tokens < 0:
+        errors.append("rollout.max_turns must be >= 1, rollout.max_tool_calls and "
+                      "rollout.max_episode_tokens >= 0")
+    if not 0 < r.turn_discount <= 1:
+        errors.append(f"rollout.turn_discount={r.turn_discount} must be in (0, 1]")
+    if r.tool_timeout_s <= 0 or r.episode_timeout_s <= 0 or r.tool_output_chars <= 0:
+        errors.append("rollout.tool_timeout_s, rollout.episode_timeout_s and "
+                      "rollout.tool_output_chars must be > 0")
+    if r.workflow != "single_turn" and r.max_episode_tokens and \
+            r.max_episode_tokens < r.response_length:
+        errors.append(f"rollout.max_episode_tokens={r.max_episode_tokens} is below "
+                      f"rollout.response_length={r.response_length}: the first turn alone "
+                      "could not fit")
 
 
 def _check_rewards(errors: list[str], rw: RewardsConfig) -> None:
@@ -537,6 +577,14 @@ def validate(cfg: Config) -> None:
             f"algorithm.pack_length={a.pack_length} is shorter than data.max_prompt_length="
             f"{cfg.data.max_prompt_length} + rollout.response_length={r.response_length}: "
             "a sequence could not fit in one packed row")
+    elif cfg.data.max_prompt_length + cfg.episode_tokens > a.pack_length:
+        errors.append(
+            f"algorithm.pack_length={a.pack_length} is shorter than data.max_prompt_length="
+            f"{cfg.data.max_prompt_length} + the episode's tokens {cfg.episode_tokens} "
+            f"(rollout.workflow={r.workflow!r}: rollout.max_episode_tokens, or "
+            "rollout.response_length x rollout.max_turns): an episode could not fit in one "
+            "packed row")
+    _check_workflow(errors, r)
     if e.total_episodes > 0 and cfg.samples_per_step > 0 and cfg.num_training_steps == 0:
         errors.append(
             f"experiment.total_episodes={e.total_episodes} is less than one step's samples "

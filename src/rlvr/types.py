@@ -57,7 +57,13 @@ class Completion:
     same quantity; with top_p < 1 it is lower by the log of the nucleus mass.
     `finish_reason` is "stop" if an EOS/stop id/stop string ended it, "length" if it hit max_tokens.
     `model_version` is the policy version (weight updates applied) that produced it, for
-    staleness accounting.
+    staleness accounting: the oldest version of any of its tokens.
+
+    A completion built by a workflow over several turns (`rlvr.workflows`) also holds tokens the
+    model did not sample (feedback, tool output, the chat template's turn markers):
+    `loss_mask_T[i]` is 1 for a token the model sampled, 0 for one it was given, whose logprob
+    is 0.0 and which receives no gradient. `versions_T[i]` is the version that sampled token i.
+    None means every token is the model's, of `model_version` (one engine call).
     """
 
     token_ids_T: list[int]
@@ -65,6 +71,8 @@ class Completion:
     finish_reason: FinishReason
     text: str
     model_version: int = 0
+    loss_mask_T: list[int] | None = None
+    versions_T: list[int] | None = None
 
     @property
     def truncated(self) -> bool:

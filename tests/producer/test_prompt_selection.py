@@ -1,7 +1,7 @@
 """Active sampling and prompt retirement, with a scripted engine and in-process verifiers."""
 
 from rlvr.data.mixer import PromptMixer
-from rlvr.producer.groups import RewardShaping
+from rlvr.producer.groups import RewardShaping, generate_and_score
 from rlvr.rewards.scorer import RewardScorer
 from rlvr.producer.prompt_selection import ActiveSampling, collect_episodes, solved_prompt_ids
 from rlvr.types import Completion, Prompt, SamplingParams
@@ -28,8 +28,12 @@ def _mixer():
 
 def _collect(active: ActiveSampling, num_prompts=2, mixer=None):
     with RewardScorer(num_workers=0) as scorer:
-        return collect_episodes(ScriptedEngine(), scorer, (mixer or _mixer()).next_batch,
-                                num_prompts, SamplingParams(n=2, seed=0), RewardShaping(), active)
+        def run_groups(prompts, params):
+            return generate_and_score(ScriptedEngine(), scorer, prompts, params,
+                                      RewardShaping()), {}
+
+        return collect_episodes(run_groups, (mixer or _mixer()).next_batch,
+                                num_prompts, SamplingParams(n=2, seed=0), active)
 
 
 def test_without_active_sampling_one_draw():
@@ -91,8 +95,10 @@ def test_seeds_differ_across_steps_rounds_and_engine_shares():
     for step in (1, 2):
         engine = SeedRecordingEngine()
         with RewardScorer(num_workers=0) as scorer:
-            collect_episodes(engine, scorer, _mixer().next_batch, 2, settings.params_for(step),
-                             RewardShaping(), ActiveSampling(enabled=True, max_rounds=4))
+            collect_episodes(lambda prompts, params: (generate_and_score(
+                                 engine, scorer, prompts, params), {}),
+                             _mixer().next_batch, 2, settings.params_for(step),
+                             ActiveSampling(enabled=True, max_rounds=4))
         assert len(engine.seeds) == 3  # three rounds (see the test above)
         for round_seed in engine.seeds:
             seeds += [share_params(SamplingParams(seed=round_seed), k).seed for k in range(4)]

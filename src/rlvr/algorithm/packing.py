@@ -26,6 +26,10 @@ class SequenceToPack:
     response_logprobs: list[float]  # the engine's logprob of each response token
     advantage: float
     index: int  # the sample's index in the step
+    # 1 where the model sampled the token, 0 where it was given it (a multi-turn episode's
+    # feedback or tool output): a 0 token is attended to but has no logprob and no gradient.
+    # None: every response token is the model's.
+    loss_mask: list[int] | None = None
 
 
 def assign_rows_in_order(lengths: list[int], pack_length: int) -> list[list[int]]:
@@ -102,6 +106,9 @@ def pack_sequences(seqs: list[SequenceToPack], pack_length: int, pad_id: int = 0
         if len(s.response_logprobs) != len(s.response_ids):
             raise ValueError(f"sequence {s.index}: {len(s.response_logprobs)} logprobs for "
                              f"{len(s.response_ids)} response tokens")
+        if s.loss_mask is not None and len(s.loss_mask) != len(s.response_ids):
+            raise ValueError(f"sequence {s.index}: {len(s.loss_mask)} loss-mask entries for "
+                             f"{len(s.response_ids)} response tokens")
     units = group_into_units(seqs, pack_length, share_prompts)
     if strategy not in PACKING_STRATEGIES:
         raise ValueError(f"packing '{strategy}' is not one of {sorted(PACKING_STRATEGIES)}")
@@ -147,7 +154,8 @@ def _write_unit(t: dict[str, torch.Tensor], r: int, start: int, segment: int, un
         t["input_ids_RL"][r, span] = torch.tensor(s.response_ids, dtype=torch.long,
                                                   device=HOST)
         t["position_ids_RL"][r, span] = torch.arange(p, p + n, device=HOST)
-        t["response_mask_RL"][r, span] = True
+        t["response_mask_RL"][r, span] = True if s.loss_mask is None else \
+            torch.tensor(s.loss_mask, dtype=torch.bool, device=HOST)
         t["advantages_RL"][r, span] = s.advantage
         t["engine_logprobs_RL"][r, span] = torch.tensor(s.response_logprobs,
                                                         dtype=torch.float32, device=HOST)

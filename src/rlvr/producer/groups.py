@@ -14,7 +14,7 @@ from rlvr.rewards.format import format_reward_scores, has_r1_format
 from rlvr.rewards.penalties import apply_non_stop_penalty, soft_overlong_penalty
 from rlvr.rewards.scorer import RewardScorer, ScoreRequest
 from rlvr.rollout.base import RolloutEngine
-from rlvr.types import Prompt, RewardOutcome, SamplingParams, Sample
+from rlvr.types import Completion, Prompt, RewardOutcome, SamplingParams, Sample
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,8 @@ class Episodes:
 
 def generate_and_score(engine: RolloutEngine, scorer: RewardScorer, prompts: list[Prompt],
                        params: SamplingParams, shaping: RewardShaping = RewardShaping()) -> Episodes:
+    """One engine call and one scoring call for every prompt: the single-turn episode without
+    the workflow machinery (evaluation uses it; `rlvr.workflows.single_turn` gives the same)."""
     completions = engine.generate([list(p.token_ids) for p in prompts], params)
     requests = [
         ScoreRequest(sample_id=f"{p.id}#{k}", completion=c.text, ground_truth=p.ground_truth,
@@ -46,19 +48,8 @@ def generate_and_score(engine: RolloutEngine, scorer: RewardScorer, prompts: lis
         for p, group in zip(prompts, completions) for k, c in enumerate(group)
     ]
     flat_outcomes = scorer.score(requests)
-    scores = [o.score for o in flat_outcomes]
-    if shaping.format_reward:
-        texts = [c.text for group in completions for c in group]
-        scores = format_reward_scores(scores, texts, shaping.format_reward_value,
-                                      shaping.additive_format_reward)
-    if shaping.non_stop_penalty:
-        truncated = [c.truncated for group in completions for c in group]
-        scores = apply_non_stop_penalty(scores, truncated, shaping.non_stop_penalty_value)
-    if shaping.overlong_buffer > 0:
-        lengths = [len(c.token_ids_T) for group in completions for c in group]
-        penalties = soft_overlong_penalty(lengths, shaping.max_tokens, shaping.overlong_buffer,
-                                          shaping.overlong_penalty_factor)
-        scores = [s + p for s, p in zip(scores, penalties)]
+    scores = shape_rewards([o.score for o in flat_outcomes],
+                           [c for group in completions for c in group], shaping)
     groups, outcomes, i = [], [], 0
     for p, group in zip(prompts, completions):
         groups.append([Sample(prompt=p, completion=c, reward=scores[i + k])
@@ -66,6 +57,27 @@ def generate_and_score(engine: RolloutEngine, scorer: RewardScorer, prompts: lis
         outcomes.append(flat_outcomes[i:i + len(group)])
         i += len(group)
     return Episodes(groups=groups, outcomes=outcomes)
+
+
+def shape_rewards(scores: list[float], completions: list[Completion],
+                  shaping: RewardShaping) -> list[float]:
+    """Verifier scores -> rewards: the R1 format reward, the non-stop penalty and DAPO's soft
+    overlong penalty, each completion on its own (so a group or a whole step gives the same).
+    Lengths count the model's tokens only (a multi-turn episode's given tokens are free)."""
+    if shaping.format_reward:
+        scores = format_reward_scores(scores, [c.text for c in completions],
+                                      shaping.format_reward_value,
+                                      shaping.additive_format_reward)
+    if shaping.non_stop_penalty:
+        scores = apply_non_stop_penalty(scores, [c.truncated for c in completions],
+                                        shaping.non_stop_penalty_value)
+    if shaping.overlong_buffer > 0:
+        lengths = [len(c.token_ids_T) if c.loss_mask_T is None else sum(c.loss_mask_T)
+                   for c in completions]
+        penalties = soft_overlong_penalty(lengths, shaping.max_tokens, shaping.overlong_buffer,
+                                          shaping.overlong_penalty_factor)
+        scores = [s + p for s, p in zip(scores, penalties)]
+    return list(scores)
 
 
 def episode_metrics(episodes: Episodes, prefix: str = "") -> dict[str, float]:

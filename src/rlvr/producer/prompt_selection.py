@@ -12,9 +12,7 @@ import torch
 
 from rlvr.algorithm.filtering import group_has_signal
 from rlvr.device import HOST
-from rlvr.producer.groups import Episodes, RewardShaping, generate_and_score
-from rlvr.rewards.scorer import RewardScorer
-from rlvr.rollout.base import RolloutEngine
+from rlvr.producer.groups import Episodes
 from rlvr.rollout.seeds import derive_seed
 from rlvr.types import Prompt, SamplingParams
 
@@ -25,13 +23,17 @@ class ActiveSampling:
     max_rounds: int = 4  # bound on generation rounds per step
 
 
-def collect_episodes(engine: RolloutEngine, scorer: RewardScorer,
-                     next_prompts: Callable[[int], list[Prompt]], num_prompts: int,
-                     params: SamplingParams, shaping: RewardShaping,
+# prompts, sampling -> their scored groups and the workflow's metrics (`EpisodeRunner.run`)
+RunGroups = Callable[[list[Prompt], SamplingParams], tuple[Episodes, dict[str, float]]]
+
+
+def collect_episodes(run_groups: RunGroups, next_prompts: Callable[[int], list[Prompt]],
+                     num_prompts: int, params: SamplingParams,
                      active: ActiveSampling) -> tuple[Episodes, dict[str, float]]:
-    episodes = generate_and_score(engine, scorer, next_prompts(num_prompts), params, shaping)
+    episodes, workflow_metrics = run_groups(next_prompts(num_prompts), params)
     if not active.enabled:
-        return episodes, {"batch/sampling_rounds": 1.0, "batch/prompts_sampled": num_prompts}
+        return episodes, {**workflow_metrics, "batch/sampling_rounds": 1.0,
+                          "batch/prompts_sampled": num_prompts}
     kept = _with_signal(episodes)
     rounds, sampled = 1, num_prompts
     while len(kept.groups) < num_prompts and rounds < active.max_rounds:
@@ -39,14 +41,28 @@ def collect_episodes(engine: RolloutEngine, scorer: RewardScorer,
         # A fresh seed per round: the same seed would redraw the same samples for a prompt.
         round_params = replace(params, seed=None if params.seed is None
                                else derive_seed(params.seed, round=rounds))
-        more = _with_signal(generate_and_score(engine, scorer, next_prompts(missing),
-                                               round_params, shaping))
+        more, more_metrics = run_groups(next_prompts(missing), round_params)
+        more = _with_signal(more)
+        workflow_metrics = _merge_rounds(workflow_metrics, more_metrics, rounds)
         kept.groups += more.groups
         kept.outcomes += more.outcomes
         rounds, sampled = rounds + 1, sampled + missing
     kept.groups, kept.outcomes = kept.groups[:num_prompts], kept.outcomes[:num_prompts]
-    return kept, {"batch/sampling_rounds": float(rounds), "batch/prompts_sampled": float(sampled),
+    return kept, {**workflow_metrics, "batch/sampling_rounds": float(rounds),
+                  "batch/prompts_sampled": float(sampled),
                   "batch/active_sampling_shortfall": float(num_prompts - len(kept.groups))}
+
+
+def _merge_rounds(so_far: dict[str, float], more: dict[str, float],
+                  rounds: int) -> dict[str, float]:
+    """Counts add up over rounds; `*_mean` figures average (each round weighs the same)."""
+    merged = dict(so_far)
+    for key, value in more.items():
+        if key.endswith("_mean"):
+            merged[key] = (so_far.get(key, 0.0) * rounds + value) / (rounds + 1)
+        else:
+            merged[key] = so_far.get(key, 0.0) + value
+    return merged
 
 
 def _with_signal(episodes: Episodes) -> Episodes:

@@ -13,16 +13,18 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from rlvr.data.mixer import PromptMixer
+from rlvr.models import load_tokenizer
 from rlvr.producer.groups import Episodes, RewardShaping, episode_metrics
 from rlvr.rewards.scorer import RewardScorer
 from rlvr.rollout.base import RolloutEngine
 from rlvr.rollout.seeds import derive_seed
 from rlvr.producer.prompt_selection import ActiveSampling, collect_episodes, solved_prompt_ids
 from rlvr.types import Prompt, SamplingParams
+from rlvr.workflows import EpisodeRunner, WorkflowSettings, get_workflow
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,10 @@ class SourceSettings:
     shaping: RewardShaping
     active: ActiveSampling
     retire_pass_rate: float | None = None  # retire prompts solved this often (None: never)
+    workflow: str = "single_turn"  # a registered workflow or 'package.module:function'
+    workflow_settings: WorkflowSettings = field(default_factory=WorkflowSettings)
+    episode_timeout_s: float = 600.0
+    tokenizer_dir: str = ""  # where a process without the tokenizer (an actor) loads it
 
     def params_for(self, step: int) -> SamplingParams:
         # A seed per step makes a run reproducible and a resumed run continue the same stream.
@@ -43,17 +49,21 @@ class EpisodeSource:
     """Uses, and does not own, the engine and the scorer: whoever built them closes them."""
 
     def __init__(self, mixer: PromptMixer, engine: RolloutEngine, scorer: RewardScorer,
-                 settings: SourceSettings):
+                 settings: SourceSettings, tokenizer: Any = None):
         self.mixer, self.engine, self.scorer, self.settings = mixer, engine, scorer, settings
         self._lock = threading.Lock()  # the trainer reads the mixer's state for checkpoints
+        if tokenizer is None and settings.tokenizer_dir:  # in an actor: load its own
+            tokenizer = load_tokenizer(settings.tokenizer_dir)
+        self.runner = EpisodeRunner(get_workflow(settings.workflow), engine, scorer, tokenizer,
+                                    settings.workflow_settings,
+                                    episode_timeout_s=settings.episode_timeout_s)
 
     def produce(self, step: int) -> tuple[Episodes, dict[str, float]]:
         """Generate and score step `step`'s groups (the engine's current weights)."""
         s = self.settings
         start = time.perf_counter()
-        episodes, metrics = collect_episodes(self.engine, self.scorer, self._next_prompts,
-                                             s.prompts_per_step, s.params_for(step), s.shaping,
-                                             s.active)
+        episodes, metrics = collect_episodes(self._run_groups, self._next_prompts,
+                                             s.prompts_per_step, s.params_for(step), s.active)
         metrics = {**episode_metrics(episodes), **metrics, **self.scorer.metrics_since_last()}
         if s.retire_pass_rate is not None:
             with self._lock:
@@ -71,8 +81,12 @@ class EpisodeSource:
             self.mixer.load_state_dict(state)
 
     def close(self) -> None:
-        """Nothing of its own to release (the engine and the scorer are their builder's); the
-        data-preparation actor behind the same surface has a process to stop."""
+        """Stops the episode loop; the engine and the scorer are their builder's to close."""
+        self.runner.close()
+
+    def _run_groups(self, prompts: list[Prompt], params: SamplingParams
+                    ) -> tuple[Episodes, dict[str, float]]:
+        return self.runner.run(prompts, params, self.settings.shaping)
 
     def _next_prompts(self, n: int) -> list[Prompt]:
         with self._lock:

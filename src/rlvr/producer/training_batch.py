@@ -68,7 +68,8 @@ def build_training_batch(groups: list[list[Sample]], settings: BatchSettings) ->
     seqs = [SequenceToPack(prompt_ids=list(s.prompt.token_ids),
                            response_ids=s.completion.token_ids_T,
                            response_logprobs=s.completion.logprobs_T,
-                           advantage=s.advantage, index=i) for i, s in enumerate(samples)]
+                           advantage=s.advantage, index=i,
+                           loss_mask=s.completion.loss_mask_T) for i, s in enumerate(samples)]
     batch = pack_sequences(seqs, settings.pack_length, pad_id=settings.pad_token_id,
                            strategy=settings.packing)
     metrics["packed_ratio"] = packed_ratio(batch)

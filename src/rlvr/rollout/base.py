@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Protocol
+from typing import Callable, Iterable, Protocol, runtime_checkable
 
 import torch
 
@@ -49,6 +49,18 @@ class RolloutEngine(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class AsyncRolloutEngine(RolloutEngine, Protocol):
+    """An engine that schedules concurrent requests itself (vLLM's async engine, remote
+    servers): many episodes await `agenerate` at once and share its continuous batching.
+    Engines without it are driven through `rlvr.rollout.client.EngineClient`, which batches
+    pending requests into `generate` calls."""
+
+    async def agenerate(self, prompt_ids: list[int], params: SamplingParams) -> list[Completion]:
+        """`params.n` completions of one prompt; each carries the version of its tokens."""
+        ...
 
 
 class SleepingEngine(RolloutEngine, Protocol):

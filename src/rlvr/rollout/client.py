@@ -1,0 +1,196 @@
+"""`await client.generate(prompt_ids, params)`: many concurrent episodes over one engine.
+
+Episodes (`rlvr.workflows`) are coroutines on one event loop; each awaits the engine whenever it
+wants a turn. An engine with its own scheduler (`AsyncRolloutEngine`: a remote server, vLLM's
+async engine) is awaited directly. A batch engine (`generate(prompts, params)`: the transformers
+engine, the in-process vLLM, a group of engine actors) is driven by a `Coalescer`, which gathers
+the requests of all episodes into one `generate` call per sampling setting.
+
+When a coalescer calls its batch function decides both speed and reproducibility. It calls it
+when every live episode is waiting on some coalescer (the engine's or the scorer's), or has
+finished: then no request can still join the batch, so the batch is as large as it can be, and
+its content depends only on what the episodes did, never on how fast a tool or a verifier ran.
+With one-turn episodes that is exactly one `generate` call with every prompt of the step, the
+same call the trainer made before workflows existed, so those runs reproduce bit for bit.
+Calls made outside any episode (evaluation, scripts) go out at once. So that one episode busy
+for long (a hanging tool, a slow judge) cannot stall the others, a request also goes out once it
+has waited `max_wait_s`; only then does timing shape a batch.
+
+One batch per coalescer is in flight at a time; it runs in a thread so the loop stays free for
+episodes that are running tools or scoring.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import itertools
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Callable, Hashable, Sequence
+
+from rlvr.rollout.base import AsyncRolloutEngine, RolloutEngine
+from rlvr.types import Completion, SamplingParams
+
+# The episode a coroutine (and every task it starts, which copy the context) belongs to.
+current_episode: contextvars.ContextVar[int | None] = contextvars.ContextVar(
+    "rlvr_episode", default=None)
+
+
+class BatchCallFailed(RuntimeError):
+    """The engine or the scorer behind a coalescer raised: a failure of the run's machinery,
+    not of the episode that happened to wait on it, so the runner stops instead of counting."""
+
+
+class EpisodeTracker:
+    """Which episodes are alive and how many calls each is waiting on; coalescers ask it
+    whether every live episode is waiting (then nothing more can join a batch)."""
+
+    def __init__(self) -> None:
+        self._waiting: dict[int, int] = {}  # live episode -> calls it awaits
+        self._listeners: list[Callable[[], None]] = []
+        self._ids = itertools.count()
+
+    def start(self) -> int:
+        episode = next(self._ids)
+        self._waiting[episode] = 0
+        return episode
+
+    def finish(self, episode: int) -> None:
+        self._waiting.pop(episode, None)
+        self._changed()
+
+    def wait(self, episode: int | None, delta: int) -> None:
+        if episode in self._waiting:
+            self._waiting[episode] += delta
+        self._changed()
+
+    def all_waiting(self) -> bool:
+        return all(n > 0 for n in self._waiting.values())
+
+    def listen(self, callback: Callable[[], None]) -> None:
+        self._listeners.append(callback)
+
+    def _changed(self) -> None:
+        for callback in self._listeners:
+            callback()
+
+
+@dataclass
+class _Call:
+    key: Hashable
+    item: Any
+    future: asyncio.Future
+    episode: int | None = field(default=None)
+
+
+class Coalescer:
+    """Gathers `submit(key, item)` calls into `batch_fn(key, items) -> results` (one result per
+    item, in order), one call per key, keys in the order they first appeared."""
+
+    def __init__(self, batch_fn: Callable[[Hashable, list[Any]], Sequence[Any]],
+                 tracker: EpisodeTracker, name: str, max_wait_s: float = 1.0):
+        self._batch_fn = batch_fn
+        self._max_wait_s = max_wait_s
+        self._oldest: float | None = None  # loop time the oldest pending call arrived
+        self._tracker = tracker
+        self._name = name
+        self._pending: list[_Call] = []
+        self._busy = False
+        self._check_scheduled = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        # One thread: batches of one coalescer never overlap (an engine decodes one at a time).
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix=f"rlvr-{name}")
+        tracker.listen(self._schedule_check)
+
+    async def submit(self, key: Hashable, item: Any) -> Any:
+        self._loop = asyncio.get_running_loop()
+        call = _Call(key, item, self._loop.create_future(), current_episode.get())
+        self._pending.append(call)
+        if self._oldest is None:
+            self._oldest = self._loop.time()
+            self._loop.call_later(self._max_wait_s, self._schedule_check)
+        self._tracker.wait(call.episode, +1)
+        try:
+            return await call.future
+        finally:  # also on cancellation: a cancelled call is skipped at the next flush
+            self._tracker.wait(call.episode, -1)
+
+    def close(self) -> None:
+        self._thread.shutdown(wait=False, cancel_futures=True)
+
+    def _schedule_check(self) -> None:
+        # After the ready callbacks: tasks started together (asyncio.gather) all submit first.
+        if self._loop is not None and not self._check_scheduled:
+            self._check_scheduled = True
+            self._loop.call_soon(self._check)
+
+    def _check(self) -> None:
+        self._check_scheduled = False
+        self._pending = [c for c in self._pending if not c.future.done()]
+        if not self._pending:
+            self._oldest = None
+        if self._busy or not self._pending:
+            return
+        overdue = self._loop.time() - self._oldest >= self._max_wait_s
+        if not (overdue or self._tracker.all_waiting()):
+            return
+        calls, self._pending, self._oldest = self._pending, [], None
+        self._busy = True
+        asyncio.ensure_future(self._run(calls))
+
+    async def _run(self, calls: list[_Call]) -> None:
+        by_key: dict[Hashable, list[_Call]] = {}
+        for call in calls:
+            by_key.setdefault(call.key, []).append(call)
+        try:
+            for key, group in by_key.items():
+                try:
+                    results = await self._loop.run_in_executor(
+                        self._thread, self._batch_fn, key, [c.item for c in group])
+                except Exception as e:  # noqa: BLE001  handed to every waiting episode
+                    error = BatchCallFailed(f"{self._name} failed: {e}")
+                    error.__cause__ = e
+                    for call in group:
+                        if not call.future.done():
+                            call.future.set_exception(error)
+                    continue
+                for call, result in zip(group, results):
+                    if not call.future.done():
+                        call.future.set_result(result)
+        finally:
+            self._busy = False
+            self._schedule_check()
+
+
+class EngineClient:
+    """The async face of any engine: `await generate(prompt_ids, params)` -> `params.n`
+    completions of one prompt."""
+
+    def __init__(self, engine: RolloutEngine, tracker: EpisodeTracker | None = None,
+                 max_wait_s: float = 1.0):
+        self.engine = engine
+        self.tracker = tracker or EpisodeTracker()
+        self._native = isinstance(engine, AsyncRolloutEngine)
+        self._coalescer = None if self._native else Coalescer(self._generate_batch, self.tracker,
+                                                               "engine", max_wait_s)
+
+    async def generate(self, prompt_ids: Sequence[int], params: SamplingParams
+                       ) -> list[Completion]:
+        if self._native:  # the engine batches; the tracker still counts the wait (for the
+            episode = current_episode.get()  # scorer's coalescer, which asks who is waiting)
+            self.tracker.wait(episode, +1)
+            try:
+                return await self.engine.agenerate(list(prompt_ids), params)  # type: ignore[attr-defined]
+            finally:
+                self.tracker.wait(episode, -1)
+        return await self._coalescer.submit(params, list(prompt_ids))
+
+    def close(self) -> None:
+        """Stops the batching thread; the engine is its builder's to close."""
+        if self._coalescer is not None:
+            self._coalescer.close()
+
+    def _generate_batch(self, params: SamplingParams, prompts: list[list[int]]
+                        ) -> list[list[Completion]]:
+        return self.engine.generate(prompts, params)

@@ -1,0 +1,141 @@
+"""Run a step's episodes concurrently: prompts in, scored groups (`Episodes`) out.
+
+`EpisodeRunner.run(prompts, params, shaping)` starts one episode per prompt on an event loop of
+its own (a thread, so the caller, the trainer or the producer thread, just blocks on the
+result), waits for all, and turns each episode's trajectories into a group of `Sample`s.
+Engine calls of all episodes are batched together (`rlvr.rollout.client`), and so are
+verifier calls.
+
+Failure: an episode that raises, or outlives `episode_timeout_s`, loses its group; both are
+counted (`workflow/errors`, `workflow/timeouts`) and the first error of a step is logged with
+its traceback. If every episode of a step fails the step raises: a workflow that never works
+must stop the run, not train on nothing. A failing engine or scorer (`BatchCallFailed`) raises
+at once: that is the run's machinery, not an episode's doing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from typing import Any, Callable
+
+from rlvr.producer.groups import Episodes, RewardShaping
+from rlvr.rewards.scorer import RewardScorer, ScoreRequest
+from rlvr.rollout.base import RolloutEngine
+from rlvr.rollout.client import (BatchCallFailed, Coalescer, EngineClient, EpisodeTracker,
+                                 current_episode)
+from rlvr.types import Prompt, RewardOutcome, Sample, SamplingParams
+from rlvr.workflows.base import EpisodeContext, Trajectory, Workflow, WorkflowSettings
+from rlvr.workflows.chat import continuation_ids
+
+log = logging.getLogger(__name__)
+
+
+class EpisodeRunner:
+    """Uses, and does not own, the engine and the scorer; `close()` stops its loop thread."""
+
+    def __init__(self, workflow: Workflow, engine: RolloutEngine, scorer: RewardScorer,
+                 tokenizer: Any, settings: WorkflowSettings,
+                 continuation: Callable[[list[dict], list[dict], int | None], list[int]] | None = None,
+                 episode_timeout_s: float = 600.0, max_batch_wait_s: float = 1.0):
+        self.workflow, self.tokenizer, self.settings = workflow, tokenizer, settings
+        if continuation is None and tokenizer is not None:  # the tokenizer's chat template
+            def continuation(messages, new_messages, last_token_id):
+                return continuation_ids(tokenizer, messages, new_messages, last_token_id)
+        self.continuation, self.episode_timeout_s = continuation, episode_timeout_s
+        self.tracker = EpisodeTracker()
+        self.engine = EngineClient(engine, self.tracker, max_batch_wait_s)
+        self.scorer = Coalescer(lambda _key, batches: _score_batches(scorer, batches),
+                                self.tracker, "scorer", max_batch_wait_s)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="rlvr-episodes",
+                                        daemon=True)
+        self._thread.start()
+
+    def run(self, prompts: list[Prompt], params: SamplingParams,
+            shaping: RewardShaping) -> tuple[Episodes, dict[str, float]]:
+        """Every prompt's group, in prompt order (failed episodes left out), and the step's
+        workflow metrics."""
+        future = asyncio.run_coroutine_threadsafe(self._run_all(prompts, params, shaping),
+                                                  self._loop)
+        return future.result()
+
+    def close(self) -> None:
+        self.engine.close()
+        self.scorer.close()
+        if self._loop.is_running():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+
+    async def _run_all(self, prompts: list[Prompt], params: SamplingParams,
+                       shaping: RewardShaping) -> tuple[Episodes, dict[str, float]]:
+        tasks = [asyncio.ensure_future(self._episode(prompt, params, shaping))
+                 for prompt in prompts]  # started in prompt order: requests batch in it too
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        groups, outcomes = [], []
+        trajectories: list[Trajectory] = []
+        errors = timeouts = 0
+        first_error: BaseException | None = None
+        for prompt, result in zip(prompts, results):
+            if isinstance(result, BatchCallFailed):
+                raise result
+            if isinstance(result, asyncio.TimeoutError):
+                timeouts += 1
+                continue
+            if isinstance(result, BaseException):
+                errors += 1
+                if first_error is None:
+                    first_error = result
+                    log.warning("a %s episode failed (prompt %s); its group is left out",
+                                getattr(self.workflow, "__name__", "workflow"), prompt.id,
+                                exc_info=result)
+                continue
+            groups.append([Sample(prompt=prompt, completion=t.completion, reward=t.reward)
+                           for t in result])
+            outcomes.append([t.outcome for t in result])
+            trajectories += result
+        if prompts and not groups:
+            raise RuntimeError(f"every episode of the step failed ({errors} raised, {timeouts} "
+                               f"timed out after {self.episode_timeout_s} s)") from first_error
+        metrics = {"workflow/errors": float(errors), "workflow/timeouts": float(timeouts),
+                   **_trajectory_metrics(trajectories)}
+        return Episodes(groups=groups, outcomes=outcomes), metrics
+
+    async def _episode(self, prompt: Prompt, params: SamplingParams,
+                       shaping: RewardShaping) -> list[Trajectory]:
+        episode = self.tracker.start()
+        current_episode.set(episode)  # this task's context only
+        # A context per episode: a workflow may adjust its own sampling (tool stop strings).
+        ctx = EpisodeContext(self.engine, self.scorer, self.tokenizer, params, shaping,
+                             self.settings, self.continuation)
+        try:
+            trajectories = await asyncio.wait_for(self.workflow(ctx, prompt),
+                                                  self.episode_timeout_s)
+        finally:
+            self.tracker.finish(episode)
+        if not trajectories or not all(isinstance(t, Trajectory) for t in trajectories):
+            raise TypeError(f"a workflow must return a non-empty list of Trajectory, got "
+                            f"{type(trajectories).__name__}")
+        return trajectories
+
+
+def _score_batches(scorer: RewardScorer, batches: list[list[ScoreRequest]]
+                   ) -> list[list[RewardOutcome]]:
+    """Many episodes' score requests in one scorer call (its workers stay busy)."""
+    flat = scorer.score([r for batch in batches for r in batch])
+    out, i = [], 0
+    for batch in batches:
+        out.append(flat[i:i + len(batch)])
+        i += len(batch)
+    return out
+
+
+def _trajectory_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
+    """A workflow's per-trajectory counts over the step: summed, or averaged for `*_mean`."""
+    sums: dict[str, float] = {}
+    for t in trajectories:
+        for key, value in t.metrics.items():
+            sums[key] = sums.get(key, 0.0) + float(value)
+    n = max(len(trajectories), 1)
+    return {k: v / n if k.endswith("_mean") else v for k, v in sums.items()}

@@ -1,0 +1,97 @@
+"""Coalescing the engine calls of concurrent episodes: one batch when all wait, in order."""
+
+import asyncio
+
+import pytest
+
+from rlvr.rollout.client import (BatchCallFailed, Coalescer, EngineClient, EpisodeTracker,
+                                 current_episode)
+from rlvr.types import Completion, SamplingParams
+
+
+class RecordingEngine:
+    def __init__(self, fail=False):
+        self.calls, self.fail = [], fail
+
+    def generate(self, prompts, params):
+        self.calls.append(([list(p) for p in prompts], params))
+        if self.fail:
+            raise RuntimeError("engine died")
+        return [[Completion([p[0] * 10 + k], [-0.5], "stop", f"{p[0]}.{k}")
+                 for k in range(params.n)] for p in prompts]
+
+
+async def _episodes(tracker, bodies):
+    async def one(body):
+        episode = tracker.start()
+        current_episode.set(episode)
+        try:
+            return await body()
+        finally:
+            tracker.finish(episode)
+    return await asyncio.gather(*(one(b) for b in bodies))
+
+
+def test_concurrent_episodes_share_one_generate_call_in_episode_order():
+    engine = RecordingEngine()
+    client = EngineClient(engine)
+    params = SamplingParams(n=2, seed=1)
+    results = asyncio.run(_episodes(client.tracker, [
+        (lambda i=i: client.generate([i], params)) for i in range(5)]))
+    assert len(engine.calls) == 1 and engine.calls[0][0] == [[0], [1], [2], [3], [4]]
+    assert [[c.text for c in r] for r in results][3] == ["3.0", "3.1"]
+    client.close()
+
+
+def test_a_batch_waits_for_an_episode_that_is_busy_elsewhere():
+    # Episode 1 "runs a tool" (sleeps) before it asks: the batch waits for it, so what is
+    # batched never depends on how long a tool takes.
+    engine = RecordingEngine()
+    client = EngineClient(engine)
+    params = SamplingParams(n=1)
+
+    async def slow():
+        await asyncio.sleep(0.2)
+        return await client.generate([1], params)
+
+    asyncio.run(_episodes(client.tracker, [lambda: client.generate([0], params), slow]))
+    assert [c[0] for c in engine.calls] == [[[0], [1]]]
+    client.close()
+
+
+def test_different_sampling_settings_make_separate_calls_and_outside_calls_go_at_once():
+    engine = RecordingEngine()
+    client = EngineClient(engine)
+    a, b = SamplingParams(n=1, seed=1), SamplingParams(n=1, seed=2)
+    asyncio.run(_episodes(client.tracker, [lambda: client.generate([0], a),
+                                           lambda: client.generate([1], b),
+                                           lambda: client.generate([2], a)]))
+    assert [(c[0], c[1].seed) for c in engine.calls] == [([[0], [2]], 1), ([[1]], 2)]
+    out = asyncio.run(client.generate([7], a))  # no episode: nothing to wait for
+    assert out[0].text == "7.0"
+    client.close()
+
+
+def test_an_engine_failure_reaches_every_waiting_episode():
+    client = EngineClient(RecordingEngine(fail=True))
+    with pytest.raises(BatchCallFailed, match="engine died"):
+        asyncio.run(_episodes(client.tracker, [
+            lambda: client.generate([0], SamplingParams()),
+            lambda: client.generate([1], SamplingParams())]))
+    client.close()
+
+
+def test_a_cancelled_call_is_left_out_of_the_batch():
+    calls = []
+    tracker = EpisodeTracker()
+    coalescer = Coalescer(lambda key, items: calls.append(items) or items, tracker, "test")
+
+    async def main():
+        task = asyncio.ensure_future(coalescer.submit(None, "cancelled"))
+        await asyncio.sleep(0)
+        task.cancel()
+        return await coalescer.submit(None, "kept")
+
+    assert asyncio.run(main()) == "kept"
+    assert calls == [["kept"]]
+    coalescer.close()

@@ -1,0 +1,65 @@
+"""`multi_turn`: feedback after a wrong answer, turn structure, masks, versions, discount."""
+
+from rlvr.producer.groups import RewardShaping
+from rlvr.rewards.scorer import RewardScorer
+from rlvr.types import SamplingParams
+from rlvr.workflows import EpisodeRunner, WorkflowSettings
+from rlvr.workflows.multi_turn import multi_turn
+
+from tests.workflows.conftest import TurnScriptedEngine
+
+
+def _run(tokenizer, prompt, script, truncate_turns=(), **settings):
+    engine = TurnScriptedEngine(tokenizer, script, truncate_turns)
+    with RewardScorer(num_workers=0) as scorer:
+        runner = EpisodeRunner(multi_turn, engine, scorer, tokenizer,
+                               WorkflowSettings(**{"max_turns": 3, "turn_discount": 0.5,
+                                                   **settings}))
+        episodes, metrics = runner.run([prompt], SamplingParams(n=2, max_tokens=64, seed=5),
+                                       RewardShaping())
+        runner.close()
+    return engine, episodes, metrics
+
+
+def test_a_wrong_answer_gets_feedback_and_a_second_try(tiny_tokenizer, chat_prompt):
+    prompt = chat_prompt()
+    engine, episodes, metrics = _run(tiny_tokenizer, prompt, ["41", "42"])
+    sample = episodes.groups[0][0]
+    c = sample.completion
+    first = tiny_tokenizer.encode("41", add_special_tokens=False) + [engine.end]
+    second = tiny_tokenizer.encode("42", add_special_tokens=False) + [engine.end]
+    given = c.token_ids_T[len(first):len(c.token_ids_T) - len(second)]
+    # The model's tokens untouched, the feedback turn between them, exactly as the engine saw.
+    assert c.token_ids_T == first + given + second
+    assert tiny_tokenizer.decode(given) == (
+        "\n<|im_start|>user\nYour answer is incorrect. Think again and give a corrected final "
+        "answer.<|im_end|>\n<|im_start|>assistant\n")
+    assert c.loss_mask_T == [1] * len(first) + [0] * len(given) + [1] * len(second)
+    assert c.logprobs_T == [-0.25] * len(first) + [0.0] * len(given) + [-0.25] * len(second)
+    # The scripted engine stamps turn t with version t: each token keeps the one that made it.
+    assert c.versions_T == [0] * (len(first) + len(given)) + [1] * len(second)
+    assert c.model_version == 0  # staleness is judged by the oldest token
+    second_request = engine.requests[1][0]
+    assert second_request == list(prompt.token_ids) + first + given
+    assert engine.requests[1][1].n == 1 and engine.requests[1][1].seed != 5
+    assert sample.reward == 0.5  # right at the second turn: one discount
+    assert episodes.outcomes[0][0].score == 1.0
+    assert metrics["workflow/turns_mean"] == 2.0 and metrics["workflow/retried_mean"] == 1.0
+
+
+def test_a_right_first_answer_is_one_plain_turn(tiny_tokenizer, chat_prompt):
+    engine, episodes, metrics = _run(tiny_tokenizer, chat_prompt(), ["42"])
+    c = episodes.groups[0][0].completion
+    assert c.loss_mask_T is None and episodes.groups[0][0].reward == 1.0
+    assert len(engine.requests) == 1 and metrics["workflow/turns_mean"] == 1.0
+
+
+def test_turns_stop_at_max_turns_at_truncation_and_at_the_token_budget(tiny_tokenizer,
+                                                                       chat_prompt):
+    _, episodes, metrics = _run(tiny_tokenizer, chat_prompt(), ["1", "2", "3", "4"])
+    assert metrics["workflow/turns_mean"] == 3.0 and episodes.groups[0][0].reward == 0.0
+    _, episodes, metrics = _run(tiny_tokenizer, chat_prompt(), ["1", "42"], truncate_turns={0})
+    assert metrics["workflow/turns_mean"] == 1.0  # cut off: no retry after an unfinished turn
+    _, episodes, metrics = _run(tiny_tokenizer, chat_prompt(), ["1", "42"],
+                                max_episode_tokens=10)
+    assert metrics["workflow/turns_mean"] == 1.0  # the feedback alone would not fit

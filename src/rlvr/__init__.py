@@ -30,6 +30,9 @@ _EXPORTS = {
     "ADVANTAGE_NORMALIZATIONS": "rlvr.algorithm.advantages",
     "register_advantage_normalization": "rlvr.algorithm.advantages",
     "ENGINES": "rlvr.rollout.base", "register_engine": "rlvr.rollout.base",
+    "WORKFLOWS": "rlvr.workflows.base", "register_workflow": "rlvr.workflows.base",
+    "Trajectory": "rlvr.workflows.base", "TrajectoryBuilder": "rlvr.workflows.base",
+    "EpisodeContext": "rlvr.workflows.base",
 }
 __all__ = sorted(_EXPORTS)
 

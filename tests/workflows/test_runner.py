@@ -130,3 +130,16 @@ def test_trajectories_of_any_length_pack_and_train(tiny_model, tiny_tokenizer, c
     assert (tiny_tokenizer.encode("Your answer is incorrect", add_special_tokens=False)[0]
             in ids.tolist())
     assert torch.all(batch.predictor_pos_RL[batch.response_mask_RL] >= 0)
+
+
+def test_the_example_workflow_runs(tiny_tokenizer, chat_prompt):
+    workflow = get_workflow("examples.workflows.self_check:self_check")
+    engine = TurnScriptedEngine(tiny_tokenizer, ["41", "42"])
+    with RewardScorer(num_workers=0) as scorer:
+        runner = _runner(engine, scorer, workflow, tiny_tokenizer)
+        episodes, metrics = runner.run([chat_prompt()], SamplingParams(n=2, max_tokens=32),
+                                       RewardShaping())
+        runner.close()
+    sample = episodes.groups[0][0]
+    assert sample.reward == 1.0 and metrics["self_check/changed_mean"] == 1.0
+    assert 0 in sample.completion.loss_mask_T

@@ -31,7 +31,24 @@ def _arithmetic(name: str, symbol: str, op: Callable[[int, int], int]):
     return load
 
 
+def _long_multiplication(split: str, seed: int) -> list[Example]:
+    """Two digits by one: SmolLM2-135M gets some right in its head (so groups vary), and all
+    with one line of Python (`rollout.workflow=tool_use`); the prompt says the tool is there."""
+    rng = random.Random(f"long_multiplication/{split}/{seed}")
+    out = []
+    for i in range(NUM_ROWS.get(split, 200)):
+        a, b = rng.randint(12, 99), rng.randint(3, 9)
+        prompt = (f"What is {a} * {b}? You can run Python: write a ```python code block and "
+                  "its output will be shown to you. Then answer with just the number.")
+        out.append(Example(id=f"long_multiplication/{i}",
+                           messages=({"role": "user", "content": prompt},),
+                           ground_truth=str(a * b), verifiers=("last_number",),
+                           source="long_multiplication"))
+    return out
+
+
 PROCEDURAL_TASKS = {
+    "long_multiplication": _long_multiplication,
     "addition": _arithmetic("addition", "+", lambda a, b: a + b),
     "multiplication": _arithmetic("multiplication", "*", lambda a, b: a * b),
 }

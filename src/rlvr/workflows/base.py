@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import os
+import sys
 from dataclasses import dataclass, field, replace
 from typing import Any, Awaitable, Callable, Protocol, Sequence
 
@@ -117,6 +119,10 @@ def get_workflow(name: str) -> Workflow:
         return WORKFLOWS[name]
     if ":" in name:
         module_name, _, attr = name.partition(":")
+        # The directory the run starts in counts as on the path, as it does for `python -m`
+        # (the `rlvr` console script alone would not see a workflow next to the config).
+        if os.getcwd() not in sys.path:
+            sys.path.append(os.getcwd())
         fn = getattr(importlib.import_module(module_name), attr, None)
         if fn is None or not asyncio.iscoroutinefunction(fn):
             raise KeyError(f"workflow '{name}': {module_name}.{attr} is not an async function "

@@ -34,7 +34,7 @@ from rlvr.models import load_causal_lm, load_tokenizer, resolve_model_dir
 from rlvr.producer.groups import RewardShaping
 from rlvr.producer.prompt_selection import ActiveSampling
 from rlvr.producer.source import EpisodeSource, SourceSettings
-from rlvr.rewards.scorer import RewardScorer
+from rlvr.rewards.scorer import RewardScorer, ScorerSettings
 from rlvr.rollout import EngineSettings, RolloutEngine, create_engine
 from rlvr.types import SamplingParams
 from rlvr.workflows import WorkflowSettings, get_workflow, is_known_workflow
@@ -178,7 +178,7 @@ def build_run(cfg: Config) -> Run:
     learner = build_learner(cfg, model_dir, policy, devices)
     eos_ids = tuple(sorted({tokenizer.eos_token_id} | _generation_eos_ids(policy)))
     engine = build_engine(cfg, model_dir, eos_ids, tokenizer.pad_token_id, devices)
-    scorer = RewardScorer(**scorer_args(cfg))
+    scorer = RewardScorer.from_settings(scorer_settings(cfg))
     source = build_source(cfg, data, engine, scorer, tokenizer)
     state_dir = Path(cfg.checkpoint.checkpoint_state_dir or output_dir / "state")
     state = load_latest_state(state_dir) if cfg.checkpoint.resume else None
@@ -331,14 +331,14 @@ def build_source(cfg: Config, data: DataBundle, engine: RolloutEngine, scorer: R
     """Prompts -> engine -> scored groups: here, or in the data-preparation actor."""
     if not cfg.distributed.data_prep_actor:
         return EpisodeSource(data.train, engine, scorer, source_settings(cfg), tokenizer)
-    return DataPrepActor(data.train, engine, source_settings(cfg), scorer_args(cfg),
+    return DataPrepActor(data.train, engine, source_settings(cfg), scorer_settings(cfg),
                          timeout_s=cfg.distributed.collective_timeout_s)
 
 
-def scorer_args(cfg: Config) -> dict:
+def scorer_settings(cfg: Config) -> ScorerSettings:
     rw = cfg.rewards
-    return {"num_workers": rw.num_workers, "timeout_s": rw.timeout_s,
-            "aggregator": rw.reward_aggregator}
+    return ScorerSettings(num_workers=rw.num_workers, timeout_s=rw.timeout_s,
+                          aggregator=rw.reward_aggregator)
 
 
 def reward_shaping(cfg: Config) -> RewardShaping:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from rlvr.rewards.scorer import ScorerSettings
 from rlvr.rollout.base import EngineSettings
 from rlvr.data.mixer import PromptMixer
 from rlvr.distributed.data_prep import DataPrepActor, DataPrepError
@@ -16,7 +17,7 @@ from rlvr.types import Prompt, SamplingParams
 
 SETTINGS = SourceSettings(prompts_per_step=3, sampling=SamplingParams(n=2, max_tokens=4, seed=1),
                           shaping=RewardShaping(), active=ActiveSampling())
-SCORER = {"num_workers": 1, "timeout_s": 10.0, "aggregator": "last"}
+SCORER = ScorerSettings(num_workers=1, timeout_s=10.0, aggregator="last")
 
 
 def _mixer() -> PromptMixer:

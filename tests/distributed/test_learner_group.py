@@ -93,28 +93,6 @@ def test_local_group_state_round_trip(tiny_model_dir):
     _assert_same_result(again, first)
 
 
-def test_two_fsdp_ranks_match_one_process(ray_session, tiny_model_dir):
-    spec = _spec(tiny_model_dir, sharding="fsdp", with_reference=True, timeout_s=60)
-    with LearnerGroup(spec) as single, LearnerGroup(spec, 2, backend="ray") as pair:
-        for step in range(3):
-            batch = _batch(5, seed=step)
-            assert batch.num_rows >= 3
-            args = (batch, "dapo", _params(batch), 2, 2, 1.0)  # 2 micro-batches, 2 epochs
-            _assert_same_result(pair.update(*args), single.update(*args))
-            if step == 1:
-                single.update_reference(0.5)
-                pair.update_reference(0.5)
-            _assert_same_weights(pair, single)
-        # State saved by two ranks restores an equivalent state in one process.
-        state = pair.state_dict()
-        batch = _batch(3, seed=9)
-        args = (batch, "grpo", LossParams(0.2, 0.28, 0.1, 2, float(batch.num_sequences)),
-                3, 1, 1.0)
-        want = pair.update(*args)
-        single.load_state_dict(state)
-        _assert_same_result(single.update(*args), want)
-
-
 def test_a_rank_with_no_rows_does_not_hang(ray_session, tiny_model_dir):
     spec = _spec(tiny_model_dir, sharding="ddp", timeout_s=30)
     batch = _batch(1, seed=5)
@@ -167,3 +145,44 @@ def test_more_nodes_than_the_cluster_has_fails_placement_with_a_clear_error(ray_
     with pytest.raises(LearnerGroupError, match=r"could not place learners \[1, 1\] per node"):
         LearnerGroup(spec, 2, backend="ray", learners_per_node=[1, 1])
     assert time.monotonic() - start < 20
+
+
+def test_the_ray_learner_matches_the_in_process_learner_the_trainer_runs(ray_session,
+                                                                       tiny_model_dir):
+    """Through the protocol the trainer uses (`LearnerProtocol`): `Learner` in this process
+    and `GroupLearner` over two FSDP2 ranks give the same results, weights and state."""
+    from rlvr.algorithm.losses import PolicyLoss
+    from rlvr.distributed.trainer_learner import GroupLearner
+    from rlvr.learner import Learner
+    from rlvr.models import load_causal_lm
+
+    spec = _spec(tiny_model_dir, sharding="fsdp", with_reference=True, timeout_s=60)
+    policy = load_causal_lm(tiny_model_dir)
+    local = Learner(policy, Learner.frozen_copy(policy), spec.settings)
+    ray_learner = GroupLearner(LearnerGroup(spec, 2, backend="ray"),
+                               load_causal_lm(tiny_model_dir))
+    try:
+        for step in range(2):
+            batch = _batch(4, seed=10 + step)
+            loss = PolicyLoss("dapo", _params(batch))
+            _assert_same_result(ray_learner.update(batch, loss, 2, 1, 1.0),
+                                local.update(batch, loss, 2, 1, 1.0))
+        local.update_reference(0.5)
+        ray_learner.update_reference(0.5)
+        want = dict(local.named_weights())
+        for name, tensor in ray_learner.named_weights():
+            torch.testing.assert_close(tensor, want[name], atol=1e-5, rtol=1e-4, msg=name)
+        # One state format: what the Ray ranks saved resumes in this process, and back.
+        saved = ray_learner.training_state()
+        batch = _batch(3, seed=20)
+        loss = PolicyLoss("grpo", LossParams(0.2, 0.28, 0.1, 2, float(batch.num_sequences)))
+        want_result = ray_learner.update(batch, loss, 1, 1, 1.0)
+        local.load_training_state(saved)
+        _assert_same_result(local.update(batch, loss, 1, 1, 1.0), want_result)
+        ray_learner.load_training_state(local.training_state())
+        batch = _batch(2, seed=21)
+        loss = PolicyLoss("dapo", _params(batch))
+        _assert_same_result(ray_learner.update(batch, loss, 1, 1, 1.0),
+                            local.update(batch, loss, 1, 1, 1.0))
+    finally:
+        ray_learner.close()

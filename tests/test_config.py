@@ -133,3 +133,25 @@ def test_config_imports_nothing_else_from_rlvr():
     imported = [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
     imported += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
     assert not [m for m in imported if m and m.startswith("rlvr")]
+
+
+def test_lora_section_defaults_off_and_bad_values_name_their_fields():
+    from rlvr.config import warnings_for
+
+    assert load_config(None).model.lora.rank == 0
+    cfg = load_config(None, ["model.lora.rank=8", "model.lora.target_modules=[q_proj,v_proj]"])
+    assert cfg.model.lora.target_modules == ["q_proj", "v_proj"] and warnings_for(cfg) == []
+    with pytest.raises(ConfigError) as error:
+        load_config(None, ["model.lora.rank=8", "model.lora.alpha=0", "model.lora.dropout=1.0",
+                           "model.lora.target_modules=[]"])
+    for field in ("model.lora.alpha=0", "model.lora.dropout=1.0", "model.lora.target_modules"):
+        assert field in str(error.value)
+    lossy = load_config(None, ["model.lora.rank=8", "model.lora.dropout=0.1"])
+    assert any("model.lora.dropout=0.1" in w for w in warnings_for(lossy))
+
+
+def test_lora_refuses_polyak_reference_updates():
+    with pytest.raises(ConfigError, match=r"ref_policy_update_freq=2 with model.lora.rank=4.*"
+                                          r"base model"):
+        load_config(None, ["model.lora.rank=4", "algorithm.beta=0.1",
+                           "algorithm.ref_policy_update_freq=2"])

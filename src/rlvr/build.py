@@ -14,6 +14,7 @@ import random
 import time
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -21,23 +22,29 @@ import torch
 from rlvr.checkpoint import write_text_atomic
 from rlvr.checkpoint.state import TrainingState, load_latest_state
 from rlvr.config import Config, ConfigError, to_dict, to_yaml, warnings_for
-from rlvr.data import DataBundle, load_datasets, tokenize_datasets
+from rlvr.data import DataBundle, LoadedData, load_datasets, tokenize_datasets
+from rlvr.data.templates import check_template_choice, load_chat_template, merge_stop_strings
 from rlvr.device import DeviceUnavailable, cpu_has_native_bf16, resolve_device
 from rlvr.distributed.data_prep import DataPrepActor
 from rlvr.distributed.engine_group import EngineGroup
 from rlvr.distributed.trainer_learner import GroupLearner
 from rlvr.learner import Learner, LearnerProtocol, LearnerSettings
+from rlvr.learner.lora import LoraSettings, LoraTargetError, wrap_lora
 from rlvr.learner.forward import (check_attention_backward, check_attention_window,
                                   check_logit_path, check_packed_attention)
 from rlvr.metrics import JsonlSink, MetricsLogger, ModelShape, build_sinks
+from rlvr.metrics.traces import TraceWriter
 from rlvr.models import load_causal_lm, load_tokenizer, resolve_model_dir
+from rlvr.producer.evaluation import EvalSettings, Evaluator
 from rlvr.producer.groups import RewardShaping
 from rlvr.producer.prompt_selection import ActiveSampling
 from rlvr.producer.source import EpisodeSource, SourceSettings
+from rlvr.rewards.judge import JudgeSettings
 from rlvr.rewards.scorer import RewardScorer, ScorerSettings
 from rlvr.rollout import EngineSettings, RolloutEngine, create_engine
 from rlvr.types import SamplingParams
 from rlvr.workflows import WorkflowSettings, get_workflow, is_known_workflow
+from rlvr.workflows.chat import check_turns
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +72,11 @@ class Run:
     # counts the updates between a sample's version and this, not steps: a step without a
     # batch changes no weights, and counting it made every batch look stale after a few.
     policy_version: int = 0
+    last_update_step: int = 0  # the last step whose update the learner holds
     started: float = field(default_factory=time.perf_counter)  # for time/elapsed
     devices: "DevicePlan | None" = None  # where learners and engines compute
+    evaluator: Evaluator | None = None  # the eval sets and settings; None: no eval
+    traces: TraceWriter | None = None  # logging.save_traces: every step's samples to traces/
 
 
 @dataclass(frozen=True)
@@ -124,8 +134,41 @@ def check_registered_names(cfg: Config) -> None:
     errors += [f"rewards.remap_verifier.{source}={target!r} is not a known verifier"
                for source, target in cfg.rewards.remap_verifier.items()
                if not is_known_verifier(target)]
+    errors += check_template_choice(cfg.data.chat_template,
+                                    multi_turn=cfg.rollout.workflow != "single_turn")
+    errors += _judge_errors(cfg, ENGINES)
     if errors:
         raise ConfigError("invalid config:\n  - " + "\n  - ".join(errors))
+
+
+def _judge_errors(cfg: Config, engines: object) -> list[str]:
+    """`rewards.judge.engine` names an engine that loads a model here, or `openai`; the API
+    key it names is set. (`remote` would reach the policy's own servers: a judge on a server
+    is `openai` with that server's base_url.)"""
+    j = cfg.rewards.judge
+    if j is None:
+        return []
+    known = sorted({*engines, "openai"} - {"remote"})
+    if j.engine not in known:
+        return [f"rewards.judge.engine={j.engine!r} is not one of {known}"]
+    if j.engine == "openai" and j.api_key_env and not os.environ.get(j.api_key_env):
+        return [f"rewards.judge.api_key_env={j.api_key_env!r}: that environment variable is "
+                "not set"]
+    return []
+
+
+def check_judge_configured(cfg: Config, loaded: LoadedData) -> None:
+    """Rows that name `llm_judge` need `rewards.judge`: ConfigError before any model loads."""
+    from rlvr.rewards.judge import JUDGE_VERIFIER
+
+    if cfg.rewards.judge is not None:
+        return
+    sources = [examples for _, examples in loaded.train + loaded.eval]
+    users = sorted({e.source for examples in sources for e in examples
+                    if JUDGE_VERIFIER in e.verifiers})
+    if users:
+        raise ConfigError(f"data sources {users} name the '{JUDGE_VERIFIER}' verifier, which "
+                          "needs rewards.judge (its engine and model, or openai base_url)")
 
 
 def build_run(cfg: Config) -> Run:
@@ -138,11 +181,7 @@ def build_run(cfg: Config) -> Run:
     output_dir = Path(cfg.experiment.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     write_text_atomic(output_dir / "config.yaml", to_yaml(cfg))
-    # Data first: a bad row fails before any model (or a 45 s conversion) is touched.
-    loaded = load_datasets(cfg.data, cfg.experiment.seed, cfg.rewards.remap_verifier)
-    model_dir = resolve_model_dir(cfg.model.name_or_path)
-    tokenizer = load_tokenizer(model_dir)
-    data = tokenize_datasets(loaded, cfg.data, tokenizer, cfg.experiment.seed)
+    model_dir, tokenizer, data = build_data(cfg)
     try:
         policy = load_causal_lm(model_dir, cfg.model.dtype, cfg.model.attn_implementation)
     except ImportError as e:  # flash_attention_2 without flash-attn installed
@@ -151,7 +190,8 @@ def build_run(cfg: Config) -> Run:
     # Before any sharding: the learner must compute the logits the model's forward computes.
     try:
         check_logit_path(policy)
-        check_attention_window(policy, cfg.data.max_prompt_length + cfg.rollout.response_length)
+        check_attention_window(policy, cfg.data.max_prompt_length
+                               + max(cfg.rollout.response_length, cfg.eval_response_length))
         check_packed_attention(policy)
     except ValueError as e:  # a model the learner cannot train faithfully: the user's input
         raise ConfigError(f"model.name_or_path={cfg.model.name_or_path!r}: {e}") from e
@@ -184,12 +224,46 @@ def build_run(cfg: Config) -> Run:
     state = load_latest_state(state_dir) if cfg.checkpoint.resume else None
     if state is not None:  # before the sink opens the file: drop steps the state does not hold
         JsonlSink.truncate_after(output_dir / "metrics.jsonl", state.step)
+    traces = TraceWriter(output_dir / "traces") if cfg.logging.save_traces else None
+    if traces is not None and state is not None:  # a resumed run redoes the later steps
+        traces.truncate_after(state.step)
     logger = MetricsLogger(build_sinks(cfg, output_dir, to_dict(cfg)))
     run = Run(cfg=cfg, output_dir=output_dir, tokenizer=tokenizer, data=data, learner=learner,
               engine=engine, scorer=scorer, source=source, logger=logger,
               model_shape=ModelShape.of(policy), state_dir=state_dir, resume_from=state,
-              devices=devices)
+              devices=devices, traces=traces,
+              evaluator=Evaluator(data.eval_sets, eval_settings(cfg)))
     return run
+
+
+class PromptData(NamedTuple):
+    model_dir: str
+    tokenizer: object
+    data: DataBundle
+
+
+def build_data(cfg: Config) -> PromptData:
+    """The prompts of training and eval, tokenised, with the model's tokenizer and directory.
+    Data first: a bad row fails before any model (or a 45 s conversion) is touched."""
+    loaded = load_datasets(cfg.data, cfg.experiment.seed, cfg.rewards.remap_verifier)
+    check_judge_configured(cfg, loaded)
+    model_dir = resolve_model_dir(cfg.model.name_or_path)
+    tokenizer = load_tokenizer(model_dir)
+    data = tokenize_datasets(loaded, cfg.data, tokenizer, cfg.experiment.seed)
+    check_template_turns(cfg, tokenizer)
+    return PromptData(model_dir, tokenizer, data)
+
+
+def check_template_turns(cfg: Config, tokenizer: object) -> None:
+    """A multi-turn workflow needs a chat template that writes turns: ConfigError if the one
+    `data.chat_template` picks cannot (tried on a short conversation; no model needed)."""
+    if cfg.rollout.workflow == "single_turn":
+        return
+    try:
+        check_turns(tokenizer, load_chat_template(cfg.data.chat_template, tokenizer).render)
+    except ValueError as e:
+        raise ConfigError(f"data.chat_template={cfg.data.chat_template!r} with rollout.workflow="
+                          f"{cfg.rollout.workflow!r}: {e}") from e
 
 
 def plan_devices(cfg: Config, cluster_gpus: float | None) -> DevicePlan:
@@ -234,6 +308,21 @@ def learner_settings(cfg: Config, bf16: bool = False) -> LearnerSettings:
         max_tokens_per_micro_batch=cfg.algorithm.max_tokens_per_micro_batch)
 
 
+def lora_settings(cfg: Config) -> LoraSettings | None:
+    """`model.lora` for the learner, or None when it is off (rank 0). The base model is
+    recorded as a built-in name or an absolute directory, so a checkpoint finds it from
+    anywhere (`rlvr merge`)."""
+    lora = cfg.model.lora
+    if lora.rank == 0:
+        return None
+    name = cfg.model.name_or_path
+    base = str(Path(name).resolve()) if Path(name).exists() else name
+    return LoraSettings(rank=lora.rank, alpha=lora.alpha, dropout=lora.dropout,
+                        target_modules=(tuple(lora.target_modules)
+                                        if lora.target_modules is not None else None),
+                        base_model=base, init_seed=cfg.experiment.seed)
+
+
 def build_learner(cfg: Config, model_dir: str, policy: torch.nn.Module,
                   devices: DevicePlan) -> LearnerProtocol:
     """The policy trained here (local launcher, moved to the run's device), or by Ray actors
@@ -241,18 +330,28 @@ def build_learner(cfg: Config, model_dir: str, policy: torch.nn.Module,
     driver's host copy for checkpoints."""
     d = cfg.distributed
     settings = learner_settings(cfg, devices.bf16)
-    if d.launcher == "local":
+    lora = lora_settings(cfg)
+    if lora is not None:  # here too under Ray: the driver's copy saves adapter checkpoints
+        try:
+            policy = wrap_lora(policy, lora)
+        except (LoraTargetError, ImportError) as e:  # a target matching nothing; no PEFT
+            raise ConfigError(str(e)) from e
+    if d.launcher != "ray":  # local, slurm: the one learner in this process
         device = resolve_device(devices.type)
         policy.to(device.torch)
-        reference = Learner.frozen_copy(policy) if cfg.loads_reference else None
-        return Learner(policy, reference, settings, device=device.torch)
+        # A LoRA policy's reference is its own base (adapters off): no copy.
+        reference = (Learner.frozen_copy(policy) if cfg.loads_reference and lora is None
+                     else None)
+        return Learner(policy, reference, settings, device=device.torch,
+                       reference_is_base=cfg.loads_reference and lora is not None)
     from rlvr.distributed import LearnerGroup, LearnerSpec
 
     spec = LearnerSpec(model_dir=str(model_dir), settings=settings, device=devices.type,
                        dtype=cfg.model.dtype, attn_implementation=cfg.model.attn_implementation,
                        sharding=d.sharding if cfg.world_size > 1 else
                        "none", cpu_offload=d.cpu_offload, with_reference=cfg.loads_reference,
-                       timeout_s=d.collective_timeout_s, num_threads=actor_threads(cfg))
+                       timeout_s=d.collective_timeout_s, num_threads=actor_threads(cfg),
+                       lora=lora)
     group = LearnerGroup(spec, num_learners=cfg.world_size, backend="ray",
                          ray_address=d.ray_address or None,
                          learners_per_node=list(d.num_learners_per_node),
@@ -274,8 +373,13 @@ def engine_settings(cfg: Config, device: str = "auto") -> EngineSettings:
     """The rollout section's fields an engine reads (same names), for engines here or in
     actors, and the run's device type; nothing the trainer alone uses travels with them."""
     r = cfg.rollout
-    return EngineSettings(device=device, **{f.name: getattr(r, f.name)
-                                            for f in fields(EngineSettings) if f.name != "device"})
+    derived = {"device": device,
+               "weight_update_dir": str(Path(cfg.experiment.output_dir) / "weight_updates"),
+               "weight_update_timeout_s": cfg.distributed.collective_timeout_s}
+    same_names = {f.name: getattr(r, f.name) for f in fields(EngineSettings)
+                  if f.name not in derived}
+    same_names["server_addresses"] = tuple(same_names["server_addresses"])
+    return EngineSettings(**derived, **same_names)
 
 
 def build_engine(cfg: Config, model_dir: str, eos_ids: tuple[int, ...],
@@ -307,13 +411,20 @@ def source_settings(cfg: Config) -> SourceSettings:
         prompts_per_step=r.num_unique_prompts_rollout,
         sampling=SamplingParams(n=r.num_samples_per_prompt_rollout, temperature=r.temperature,
                                 top_p=r.top_p, max_tokens=r.response_length,
-                                stop_strings=tuple(r.stop_strings), seed=cfg.experiment.seed),
+                                stop_strings=sampling_stop_strings(cfg), seed=cfg.experiment.seed),
         shaping=reward_shaping(cfg),
         active=ActiveSampling(a.active_sampling, a.active_sampling_max_rounds),
         retire_pass_rate=a.no_resampling_pass_rate,
         workflow=r.workflow, workflow_settings=workflow_settings(cfg),
         episode_timeout_s=r.episode_timeout_s,
-        tokenizer_dir=resolve_model_dir(cfg.model.name_or_path))
+        tokenizer_dir=resolve_model_dir(cfg.model.name_or_path),
+        chat_template=cfg.data.chat_template)
+
+
+def sampling_stop_strings(cfg: Config) -> tuple[str, ...]:
+    """Where training and eval samples stop: `rollout.stop_strings`, then those the chat
+    template's format implies (r1_zero's `</answer>`)."""
+    return merge_stop_strings(cfg.rollout.stop_strings, cfg.data.chat_template)
 
 
 def workflow_settings(cfg: Config) -> WorkflowSettings:
@@ -338,7 +449,28 @@ def build_source(cfg: Config, data: DataBundle, engine: RolloutEngine, scorer: R
 def scorer_settings(cfg: Config) -> ScorerSettings:
     rw = cfg.rewards
     return ScorerSettings(num_workers=rw.num_workers, timeout_s=rw.timeout_s,
-                          aggregator=rw.reward_aggregator)
+                          aggregator=rw.reward_aggregator, judge=judge_settings(cfg))
+
+
+def judge_settings(cfg: Config) -> JudgeSettings | None:
+    """`rewards.judge` as the judge reads it (same field names; a null rubric or score regex
+    keeps the judge's default), on the run's `model.device`."""
+    j = cfg.rewards.judge
+    if j is None:
+        return None
+    given = {f.name: getattr(j, f.name) for f in fields(j) if getattr(j, f.name) is not None}
+    return JudgeSettings(**given, device=cfg.model.device)
+
+
+def eval_settings(cfg: Config) -> EvalSettings:
+    """`eval.*` as the evaluator reads it; stop strings are training's (the same answers)."""
+    ev = cfg.eval
+    return EvalSettings(
+        sampling=SamplingParams(n=ev.num_samples, temperature=ev.temperature, top_p=ev.top_p,
+                                max_tokens=cfg.eval_response_length,
+                                stop_strings=sampling_stop_strings(cfg),
+                                seed=cfg.experiment.seed),
+        pass_at_k=tuple(ev.pass_at_k), max_prompts=ev.max_prompts)
 
 
 def reward_shaping(cfg: Config) -> RewardShaping:

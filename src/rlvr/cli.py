@@ -1,4 +1,4 @@
-"""`rlvr train|config|generate`: the command line.
+"""`rlvr train|launch|serve|eval|config|generate|report|merge`: the command line.
 
 `prepare` writes the built-in models into the local cache. `train` and `config` take a YAML file plus `key.sub=value` overrides (OmegaConf dotlist syntax,
 checked against the typed config); a bad config exits with status 2 and names the field before
@@ -11,10 +11,13 @@ import argparse
 import logging
 import os
 import sys
+from pathlib import Path
 
 from rlvr.config import ConfigError, load_config, to_yaml
 from rlvr.data.errors import DataError
-from rlvr.interrupts import NumericalFault, TrainingInterrupted
+from rlvr.interrupts import (EngineLost, EngineUnavailable, NumericalFault, SlurmJobFailed,
+                             TrainingInterrupted)
+from rlvr.serving.server import ServerStartError
 
 
 def _quiet_libraries() -> None:
@@ -24,6 +27,8 @@ def _quiet_libraries() -> None:
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
+    # The remote engine's HTTP client logs every request at INFO: a line per sample.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
 def _split_args(items: list[str]) -> tuple[list[str], list[str]]:
@@ -33,12 +38,64 @@ def _split_args(items: list[str]) -> tuple[list[str], list[str]]:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    cfg = load_config(*_split_args(args.items))
-    _quiet_libraries()
-    from rlvr.trainer import train
+    return _train(load_config(*_split_args(args.items)))
 
-    run = train(cfg)
+
+def _train(cfg) -> int:
+    _quiet_libraries()
+    from rlvr.launch import launch
+
+    # Under distributed.launcher, with the inference servers it needs; a Slurm job that does
+    # not exit 0 raises SlurmJobFailed, so the exit code is the job's.
+    run = launch(cfg)
     print(f"done: {cfg.num_training_steps} steps, metrics in {run.output_dir / 'metrics.jsonl'}")
+    return 0
+
+
+def _cmd_launch(args: argparse.Namespace) -> int:
+    """`rlvr train` under the launcher named on the command line; `slurm --no-wait` submits the
+    job and returns."""
+    yamls, overrides = _split_args(args.items)
+    cfg = load_config(yamls, [*overrides, f"distributed.launcher={args.launcher}"])
+    if not args.no_wait:
+        return _train(cfg)
+    if args.launcher != "slurm":
+        raise ConfigError(f"--no-wait submits a Slurm job; the {args.launcher} launcher trains "
+                          "in this process")
+    from rlvr.launch.slurm import submit
+
+    job = submit(cfg)
+    print(f"exit code will be in {job.files.exit_code} when the job ends")
+    return 0
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    """An inference server for a model or checkpoint, set up as training sets its servers up;
+    runs until SIGINT/SIGTERM (or until the server dies: then exits 1)."""
+    import signal
+    import time
+
+    from rlvr.device import resolve_device
+    from rlvr.launch.servers import server_settings
+    from rlvr.models import resolve_model_dir
+    from rlvr.serving import ServerProcess
+
+    cfg = load_config(*_split_args(args.items))
+    model_dir = resolve_model_dir(args.model)
+    settings = server_settings(cfg, model_dir, resolve_device(cfg.model.device).type,
+                               host=args.host, port=args.port)
+    server = ServerProcess(settings, log_path=args.log)
+    stop = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda signum, frame: stop.append(signum))
+    with server.start(args.startup_timeout):
+        print(f"serving {model_dir} at {server.address} (health: {server.address}/health)",
+              flush=True)
+        while not stop and server.alive():
+            time.sleep(0.5)
+    if not stop:
+        print(f"rlvr: the inference server at {server.address} exited", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -52,8 +109,33 @@ def _cmd_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_eval(args: argparse.Namespace) -> int:
+    """Score a model or checkpoint with the config's eval sets and settings (`rlvr.offline_eval`)."""
+    yamls, overrides = _split_args(args.items)
+    if not yamls:
+        raise ConfigError("rlvr eval needs a config file after the model (the eval sets and "
+                          "settings come from it), e.g. rlvr eval runs/x/final configs/tiny.yaml")
+    # Last, so the model given wins over the config's.
+    cfg = load_config(yamls, [*overrides, f"model.name_or_path={args.model}"])
+    _quiet_libraries()
+    from pathlib import Path
+
+    from rlvr.offline_eval import (default_output, evaluate_model, print_table, results_record,
+                                   write_results)
+
+    result, seconds = evaluate_model(cfg)
+    record = results_record(args.model, cfg, result, seconds)
+    print_table(record)
+    path = Path(args.output) if args.output else default_output(args.model, cfg)
+    write_results(path, record)
+    print(f"eval results: {path} ({seconds:.1f} s)")
+    return 0
+
+
 def _cmd_generate(args: argparse.Namespace) -> int:
     _quiet_libraries()
+    from rlvr.checkpoint.adapters import is_adapter_checkpoint, load_merged_model
+    from rlvr.data.templates import load_chat_template, prompt_ids
     from rlvr.device import resolve_device
     from rlvr.models import load_causal_lm, load_tokenizer, resolve_model_dir
     from rlvr.rollout.transformers_engine import TransformersEngine
@@ -61,17 +143,36 @@ def _cmd_generate(args: argparse.Namespace) -> int:
 
     model_dir = resolve_model_dir(args.model)
     tokenizer = load_tokenizer(model_dir)
-    model = load_causal_lm(model_dir).to(resolve_device("auto").torch)
+    # Before the model loads: a bad template choice fails at once.
+    template = load_chat_template(args.chat_template, tokenizer, field="--chat-template")
+    ids = prompt_ids(template, [{"role": "user", "content": args.prompt}])
+    if is_adapter_checkpoint(model_dir):  # a LoRA run's checkpoint: merged on the fly
+        model = load_merged_model(model_dir)
+    else:
+        model = load_causal_lm(model_dir)
+    model = model.to(resolve_device("auto").torch)
     engine = TransformersEngine(model, tokenizer, (tokenizer.eos_token_id,),
                                 tokenizer.pad_token_id)
-    ids = tokenizer.apply_chat_template([{"role": "user", "content": args.prompt}],
-                                        add_generation_prompt=True, tokenize=True)
-    ids = ids["input_ids"] if hasattr(ids, "keys") else ids
     params = SamplingParams(n=args.n, temperature=args.temperature, max_tokens=args.max_tokens,
+                            stop_strings=template.stop_strings,
                             seed=args.seed)
     for completion in engine.generate([list(ids)], params)[0]:
         print(f"[{completion.finish_reason}, {len(completion.token_ids_T)} tokens] "
               f"{completion.text}")
+    return 0
+
+
+def _cmd_merge(args: argparse.Namespace) -> int:
+    """A LoRA checkpoint's adapter merged into its base: a plain model directory."""
+    _quiet_libraries()
+    from rlvr.checkpoint.adapters import merge_adapter_checkpoint
+
+    try:
+        out = merge_adapter_checkpoint(args.checkpoint, args.out, args.dtype)
+    except ValueError as e:  # into itself; an adapter config naming no base
+        print(f"rlvr: {e}", file=sys.stderr)
+        return 2
+    print(f"merged {args.checkpoint} into {out}")
     return 0
 
 
@@ -86,6 +187,22 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
         start = time.perf_counter()
         path = resolve_model_dir(name)
         print(f"model {name}: {path} ({time.perf_counter() - start:.1f} s)")
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    try:
+        from rlvr.report import ReportError, write_report
+    except ImportError as e:  # the optional `report` extra
+        print(f"rlvr: report needs matplotlib and pandas ({e}); install them with "
+              "pip install -e '.[report]'", file=sys.stderr)
+        return 2
+    try:
+        path = write_report(args.runs, args.output)
+    except ReportError as e:
+        print(f"rlvr: {e}", file=sys.stderr)
+        return 2
+    print(f"report: {path}")
     return 0
 
 
@@ -107,23 +224,71 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("items", nargs="*", metavar="CONFIG.yaml | key.sub=value",
                        help="YAML files merged in order (a base, then presets), then overrides")
     sub.add_parser("env", help="what rlvr sees: devices, bf16 support, library versions")
+    la = sub.add_parser("launch", help="train under a launcher (local, ray, slurm), starting "
+                                       "the inference servers the config asks for")
+    la.add_argument("launcher", choices=["local", "ray", "slurm"],
+                    help="sets distributed.launcher; slurm submits one job (or runs in the "
+                         "current allocation) and exits with its exit code")
+    la.add_argument("items", nargs="*", metavar="CONFIG.yaml | key.sub=value")
+    la.add_argument("--no-wait", action="store_true",
+                    help="slurm: submit the job and return (its logs and exit code land in "
+                         "OUTPUT_DIR/slurm/)")
+    v = sub.add_parser("serve", help="an inference server (vLLM, as training runs it) for a "
+                                     "model or checkpoint")
+    v.add_argument("model", metavar="MODEL_OR_CHECKPOINT", help="built-in name or Hugging Face "
+                   "directory (a run's final/ or checkpoints/step_*)")
+    v.add_argument("items", nargs="*", metavar="CONFIG.yaml | key.sub=value",
+                   help="settings from a run's config (rollout.vllm_*, rollout.dtype, "
+                   "model.device, experiment.seed)")
+    v.add_argument("--host", default="127.0.0.1", help="interface to bind (0.0.0.0: all)")
+    v.add_argument("--port", type=int, default=8000, help="0 picks a free port")
+    v.add_argument("--log", type=Path, default=None, help="server log file (default: none)")
+    v.add_argument("--startup-timeout", type=float, default=600.0)
+    e = sub.add_parser("eval", help="score a model or checkpoint on the config's eval sets "
+                                    "(pass@k, maj@n per set), as training does")
+    e.add_argument("model", metavar="MODEL_OR_CHECKPOINT", help="built-in name, Hugging Face "
+                   "directory, or a run's checkpoints/step_* or final directory")
+    e.add_argument("items", nargs="+", metavar="CONFIG.yaml | key.sub=value",
+                   help="YAML files merged in order, then overrides (eval.num_samples=8 ...)")
+    e.add_argument("--output", default=None, help="where to write the results (default: "
+                   "MODEL_OR_CHECKPOINT/eval_results.json for a directory, else "
+                   "experiment.output_dir/eval_results.json)")
+    r = sub.add_parser("report", help="an HTML page of a run's curves and completions (or "
+                                      "several runs side by side)")
+    r.add_argument("runs", nargs="+", metavar="RUN_DIR", help="a run's output_dir; several "
+                   "are compared on the same plots")
+    r.add_argument("--output", default=None, help="where to write the page (default: "
+                   "RUN_DIR/report.html; for several runs the first's report_compare.html)")
+    m = sub.add_parser("merge", help="merge a LoRA checkpoint's adapter into its base model: "
+                                     "a plain model directory")
+    m.add_argument("checkpoint", help="a LoRA run's checkpoints/step_* or final directory")
+    m.add_argument("out", help="the model directory to write")
+    m.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
+                   help="dtype the base is loaded, merged and saved in")
     p = sub.add_parser("prepare", help="convert built-in models into the local cache")
     p.add_argument("models", nargs="*", help="built-in model names (default: all)")
     g = sub.add_parser("generate", help="sample from a model or checkpoint directory")
-    g.add_argument("model", help="built-in name or Hugging Face model directory")
+    g.add_argument("model", help="built-in name, Hugging Face model directory, or a LoRA "
+                   "checkpoint (merged on the fly)")
     g.add_argument("--prompt", required=True)
     g.add_argument("--n", type=int, default=1)
     g.add_argument("--max-tokens", type=int, default=64)
     g.add_argument("--temperature", type=float, default=0.0)
     g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--chat-template", default="tokenizer",
+                   help="as data.chat_template: tokenizer (default), r1_zero, plain, or a Jinja "
+                        "file")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     args = build_parser().parse_args(argv)
-    handlers = {"train": _cmd_train, "config": _cmd_config, "generate": _cmd_generate,
-                "prepare": _cmd_prepare, "env": _cmd_env}
+    handlers = {"train": _cmd_train, "launch": _cmd_launch, "serve": _cmd_serve,
+                "config": _cmd_config,
+                "generate": _cmd_generate,
+                "prepare": _cmd_prepare, "env": _cmd_env, "eval": _cmd_eval, "report": _cmd_report,
+                "merge": _cmd_merge}
     try:
         return handlers[args.command](args)
     except ConfigError as e:
@@ -138,6 +303,12 @@ def main(argv: list[str] | None = None) -> int:
     except NumericalFault as e:
         print(f"rlvr: {e}", file=sys.stderr)
         return 3
+    except (EngineLost, EngineUnavailable, ServerStartError) as e:
+        print(f"rlvr: {e}", file=sys.stderr)
+        return 4
+    except SlurmJobFailed as e:  # the job's own exit code (the trainer's, when it ran)
+        print(f"rlvr: {e}", file=sys.stderr)
+        return e.exit_code
 
 
 if __name__ == "__main__":

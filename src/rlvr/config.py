@@ -15,6 +15,8 @@ optimizer step (so the gradient does not depend on it); `num_epochs` gives sever
 
 from __future__ import annotations
 
+import re
+import string
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -36,6 +38,24 @@ class ExperimentConfig:
 
 
 @dataclass
+class LoraConfig:
+    """Low-rank adapters (LoRA, through PEFT) instead of training every weight: the optimizer
+    holds only the adapters, and the reference policy of the KL penalty is the base model with
+    the adapters switched off, so beta > 0 loads no second model. Engines get merged weights;
+    checkpoints hold the adapter (`rlvr merge CHECKPOINT OUT` writes a plain model)."""
+
+    rank: int = 0  # 0: off (every weight trains)
+    alpha: float = 32.0  # the adapter's output is scaled by alpha / rank
+    # On the adapter's input. 0 by default, as every other dropout of the policy is forced to
+    # 0: each pass over the same tokens (old logprobs, later epochs) must see one function, or
+    # the ratio and the KL measure dropout noise instead of policy change.
+    dropout: float = 0.0
+    # Linear layers inside the decoder layers to adapt, by leaf name (q_proj) or dotted suffix
+    # (self_attn.q_proj); null: all of them (attention and MLP), found from the model.
+    target_modules: Optional[list[str]] = None
+
+
+@dataclass
 class ModelConfig:
     name_or_path: str = "tiny-llama"  # built-in name, local HF directory, or hub id (online only)
     # auto: CUDA when this process (or, under Ray, the cluster) has it, else CPU. The one knob
@@ -52,6 +72,7 @@ class ModelConfig:
     attn_implementation: str = "sdpa"
     num_threads: int = 0  # torch intra-op threads; 0 keeps torch's default
     gradient_checkpointing: bool = False  # activation checkpointing of every decoder layer
+    lora: LoraConfig = field(default_factory=LoraConfig)
 
 
 @dataclass
@@ -65,6 +86,18 @@ class DataSourceConfig:
     verifier_field: str = "dataset"  # open-instruct keeps the verifier name in `dataset`
     verifier: Optional[str] = None  # verifier for rows that do not name one
     max_rows: Optional[int] = None
+    # Row fields kept as the prompt's metadata, for verifiers that declare `metadata`; null:
+    # every field but the messages, prompt, ground truth and verifier ones (values JSON cannot
+    # hold are left out). A listed field a row lacks, or JSON cannot hold, is a bad row.
+    metadata_fields: Optional[list[str]] = None
+    # What metrics call the source (eval/<label>/pass@1); null: its name, or a path's file stem.
+    label: Optional[str] = None
+
+    @property
+    def display_name(self) -> str:
+        """`label`, else the name with any directory and extension dropped (`data/t.jsonl`: t,
+        `hf:openai/gsm8k`: gsm8k; built-in names have neither)."""
+        return self.label if self.label is not None else Path(self.name).stem
 
 
 @dataclass
@@ -76,8 +109,36 @@ class DataConfig:
     eval_holdout: int = 32  # rows held out of the train mixture when `eval` is empty
     max_prompt_length: int = 256  # longer prompts are dropped and counted
     system_prompt: Optional[str] = None
+    # How prompts are written (rlvr.data.templates): `tokenizer` (its chat template), a built-in
+    # (`r1_zero`: R1-Zero's plain-text prompt, stops at </answer>; `plain`: the user's text as
+    # is, for base models), or a path to a Jinja template file.
+    chat_template: str = "tokenizer"
     shuffle: bool = True
     on_bad_row: str = "error"  # error | skip
+
+
+@dataclass
+class JudgeConfig:
+    """The `llm_judge` verifier: a second model grades each answer against a rubric
+    (rlvr.rewards.judge), in the trainer's process. Rows name `llm_judge` to use it."""
+
+    engine: str = "transformers"  # an rlvr engine (transformers, vllm), or openai: an endpoint
+    model: str = ""  # engine: built-in name or model directory; openai: the endpoint's model name
+    base_url: str = ""  # openai: the API root, e.g. http://127.0.0.1:8000/v1
+    api_key_env: str = ""  # openai: the environment variable holding the API key ("": none)
+    # The judge's prompt: {question} (the last user message), {answer}, {ground_truth} and
+    # {metadata[field]} are filled in; literal braces are doubled. null: a default rubric that
+    # asks for a final "Score: N", N from 0 to 10.
+    rubric: Optional[str] = None
+    max_tokens: int = 256
+    temperature: float = 0.0  # 0: greedy
+    timeout_s: float = 60.0  # the most one batch of judgements may take; the rest time out
+    # Where the reply says its score: the first group of this regex at its last match (null:
+    # "Score: N"), over max_score and clamped to [0, 1]. A reply without it is a counted error.
+    score_regex: Optional[str] = None
+    max_score: float = 10.0
+    max_concurrency: int = 16  # openai: requests in flight at once
+    dtype: str = "float32"  # engine: the judge's weights
 
 
 @dataclass
@@ -91,6 +152,7 @@ class RewardsConfig:
     apply_r1_style_format_reward: bool = False
     r1_style_format_reward: float = 1.0
     additive_format_reward: bool = False
+    judge: Optional[JudgeConfig] = None  # the model behind `llm_judge`; null: none
 
 
 @dataclass
@@ -147,6 +209,20 @@ class RolloutConfig:
     max_episode_tokens: int = 0
     episode_timeout_s: float = 600.0  # an episode running longer is dropped and counted
     workflow_args: dict[str, Any] = field(default_factory=dict)  # for a user's workflow
+    # Remote engine (engine=remote): generation on inference servers (vLLM's HTTP server, as
+    # `rlvr serve` starts it) at these addresses ("http://host:port"); empty: the
+    # comma-separated RLVR_LLM_SERVER_ADDRS, else the launcher starts num_servers of them.
+    server_addresses: list[str] = field(default_factory=list)
+    num_servers: int = 1
+    server_port: int = 0  # first port of the servers a launcher starts (0: any free port)
+    server_max_retries: int = 2  # a failed request is tried again on another server
+    server_request_timeout_s: float = 600.0
+    server_startup_timeout_s: float = 600.0
+    # How new weights reach the servers: disk (safetensors in <output_dir>/weight_updates,
+    # which every server must be able to read) or broadcast (a gloo/NCCL group from the
+    # trainer to the servers' workers; weight_sync_host: this host as the servers reach it).
+    weight_update: str = "disk"
+    weight_sync_host: str = ""
 
 
 @dataclass
@@ -211,13 +287,31 @@ class OptimizerConfig:
 
 
 @dataclass
+class SlurmConfig:
+    """`distributed.launcher=slurm` (`rlvr launch slurm CONFIG`): one batch job whose steps run
+    the inference servers and the trainer. Inside an allocation (SLURM_JOB_ID set) it uses it."""
+
+    partition: str = ""  # empty: the cluster's default
+    account: str = ""
+    time: str = "04:00:00"
+    nodes: int = 1  # servers are spread over the nodes; the trainer runs on the first
+    gpus_per_node: int = 0  # --gres=gpu:N per node; each server step takes tensor_parallel GPUs
+    cpus_per_task: int = 0  # 0: Slurm's default
+    job_name: str = ""  # empty: experiment.name
+    sbatch_args: list[str] = field(default_factory=list)  # passed to sbatch as they are
+    python: str = ""  # the interpreter on the nodes; empty: the one running `rlvr launch`
+
+
+@dataclass
 class DistributedConfig:
     # Learners on each node, one entry per node of the Ray cluster the learners span (so
     # [1, 1] is two nodes): the learners of one node share a placement bundle, so Ray keeps
     # them together; nodes are spread (STRICT_SPREAD).
     num_learners_per_node: list[int] = field(default_factory=lambda: [1])
     # local: everything in this process (the embedded default); ray: learners are Ray actors
-    # forming one gloo/NCCL group, on the cluster at ray_address or a Ray started here.
+    # forming one gloo/NCCL group, on the cluster at ray_address or a Ray started here;
+    # slurm: `rlvr launch slurm` runs inference servers and the trainer as steps of one job.
+    # With rollout.engine=remote and no server addresses, each launcher starts the servers.
     launcher: str = "local"
     sharding: str = "fsdp"  # none | ddp | fsdp (FSDP2; fsdp is the ZeRO-3 equivalent)
     cpu_offload: bool = False  # FSDP2 CPU offload of parameters, gradients, optimizer state
@@ -226,6 +320,7 @@ class DistributedConfig:
     data_prep_actor: bool = False
     ray_address: str = ""  # "" starts (or reuses) a local Ray; "auto" or host:port joins one
     collective_timeout_s: float = 600.0  # every collective raises after this; no hangs
+    slurm: SlurmConfig = field(default_factory=SlurmConfig)
 
 
 @dataclass
@@ -247,8 +342,12 @@ class CheckpointConfig:
 class EvalConfig:
     local_eval_every: int = 0  # steps between evals; 0 disables in-loop eval
     eval_at_start: bool = True  # score the untrained model first, as the baseline
-    temperature: float = 0.0  # 0: greedy
-    max_prompts: int = 64
+    temperature: float = 0.0  # 0: greedy (then num_samples must be 1: greedy samples are equal)
+    max_prompts: int = 64  # per eval set
+    num_samples: int = 1  # samples per prompt: pass@k over them, pass@1 as their mean, maj@n
+    pass_at_k: list[int] = field(default_factory=lambda: [1])  # each k in [1, num_samples]
+    top_p: float = 1.0
+    response_length: Optional[int] = None  # null: rollout.response_length
 
 
 @dataclass
@@ -258,6 +357,9 @@ class LoggingConfig:
     wandb_mode: str = "offline"
     progress_bar: bool = True
     peak_flops: Optional[float] = None  # for MFU; None picks a figure for the device and dtype
+    # Every step's samples (prompt, completion, scores, reward, advantage, trained or not) as
+    # Parquet under <output_dir>/traces/, eval samples under traces/eval/ (rlvr.metrics.traces).
+    save_traces: bool = False
 
 
 @dataclass
@@ -290,6 +392,13 @@ class Config:
         if r.workflow == "single_turn":
             return r.response_length
         return r.max_episode_tokens or r.response_length * r.max_turns
+
+    @property
+    def eval_response_length(self) -> int:
+        """Tokens an eval answer may have: `eval.response_length`, else the rollout's."""
+        if self.eval.response_length is None:
+            return self.rollout.response_length
+        return self.eval.response_length
 
     @property
     def world_size(self) -> int:
@@ -366,14 +475,15 @@ def _choice(errors: list[str], name: str, value: object, allowed: set | list) ->
 
 def _check_distributed(errors: list[str], cfg: Config) -> None:
     d = cfg.distributed
-    _choice(errors, "distributed.launcher", d.launcher, {"local", "ray"})
+    _choice(errors, "distributed.launcher", d.launcher, {"local", "ray", "slurm"})
+    _check_remote(errors, cfg)
     _choice(errors, "distributed.sharding", d.sharding, {"none", "ddp", "fsdp"})
     if any(n < 0 for n in d.num_learners_per_node) or cfg.world_size < 1:
         errors.append(f"distributed.num_learners_per_node={d.num_learners_per_node} needs at "
                       "least one learner and no negative count")
-    if d.launcher == "local" and cfg.world_size != 1:
-        errors.append(f"distributed.num_learners_per_node={d.num_learners_per_node}: the local "
-                      "launcher runs one learner; set distributed.launcher=ray")
+    if d.launcher in ("local", "slurm") and cfg.world_size != 1:
+        errors.append(f"distributed.num_learners_per_node={d.num_learners_per_node}: the "
+                      f"{d.launcher} launcher runs one learner; set distributed.launcher=ray")
     if d.launcher == "ray":
         if cfg.world_size > 1 and d.sharding == "none":
             errors.append(f"distributed.sharding=none cannot split {cfg.world_size} learners; "
@@ -396,11 +506,58 @@ def _check_distributed(errors: list[str], cfg: Config) -> None:
     if r.vllm_tensor_parallel_size < 1:
         errors.append(f"rollout.vllm_tensor_parallel_size={r.vllm_tensor_parallel_size} must "
                       "be >= 1")
-    if r.vllm_tensor_parallel_size > 1 and r.engine != "vllm":
+    if r.vllm_tensor_parallel_size > 1 and r.engine not in ("vllm", "remote"):
         errors.append(f"rollout.vllm_tensor_parallel_size={r.vllm_tensor_parallel_size} needs "
-                      f"rollout.engine=vllm, not {r.engine!r}")
+                      f"rollout.engine=vllm or remote, not {r.engine!r}")
     if d.collective_timeout_s <= 0:
         errors.append(f"distributed.collective_timeout_s={d.collective_timeout_s} must be > 0")
+
+
+def _check_remote(errors: list[str], cfg: Config) -> None:
+    r, d = cfg.rollout, cfg.distributed
+    _choice(errors, "rollout.weight_update", r.weight_update, {"disk", "broadcast"})
+    if r.num_servers < 1 or r.server_max_retries < 0 or not 0 <= r.server_port < 65536:
+        errors.append("rollout.num_servers must be >= 1, rollout.server_max_retries >= 0 and "
+                      "rollout.server_port in [0, 65535]")
+    if r.server_request_timeout_s <= 0 or r.server_startup_timeout_s <= 0:
+        errors.append("rollout.server_request_timeout_s and server_startup_timeout_s must be > 0")
+    if r.engine != "remote":
+        if r.server_addresses:
+            errors.append(f"rollout.server_addresses={list(r.server_addresses)} needs "
+                          f"rollout.engine=remote (not {r.engine!r})")
+        if d.launcher == "slurm":
+            errors.append(f"distributed.launcher=slurm runs generation on inference servers: "
+                          f"set rollout.engine=remote (not {r.engine!r})")
+        return
+    if r.vllm_num_engines:
+        errors.append(f"rollout.engine=remote generates on servers; rollout.vllm_num_engines="
+                      f"{r.vllm_num_engines} starts engine actors: set it to 0")
+    if r.colocate:
+        errors.append("rollout.colocate=true puts an in-process vLLM to sleep; with "
+                      "rollout.engine=remote the servers own their devices: set it to false")
+    if d.data_prep_actor:
+        errors.append("distributed.data_prep_actor=true feeds engine actors; with "
+                      "rollout.engine=remote set it to false")
+    if d.launcher == "slurm" and r.server_addresses:
+        errors.append("distributed.launcher=slurm starts the servers itself: leave "
+                      "rollout.server_addresses empty")
+    s = d.slurm
+    if d.launcher == "slurm" and s.time.isdigit():  # YAML 1.1 reads 24:00:00 as 86400 (base 60)
+        errors.append(f"distributed.slurm.time={s.time!r} is a bare number, which is what YAML "
+                      "makes of an unquoted H:MM:SS (24:00:00 -> 86400); quote it (time: "
+                      "\"24:00:00\", or 'distributed.slurm.time=\"24:00:00\"' on the command "
+                      "line) or write D-HH:MM:SS (1-00:00:00)")
+    if s.nodes < 1 or s.gpus_per_node < 0 or s.cpus_per_task < 0:
+        errors.append("distributed.slurm.nodes must be >= 1, gpus_per_node and cpus_per_task "
+                      ">= 0")
+    elif d.launcher == "slurm" and s.gpus_per_node:  # the trainer keeps one GPU of node 0
+        tp = max(r.vllm_tensor_parallel_size, 1)
+        fit = (s.gpus_per_node - 1) // tp + (s.nodes - 1) * (s.gpus_per_node // tp)
+        if r.num_servers > fit:
+            errors.append(f"rollout.num_servers={r.num_servers} servers of rollout.vllm_tensor_"
+                          f"parallel_size={tp} GPUs do not fit on distributed.slurm.nodes="
+                          f"{s.nodes} x gpus_per_node={s.gpus_per_node} (the trainer keeps one "
+                          f"GPU): {fit} fit")
 
 
 def _check_async(errors: list[str], cfg: Config) -> None:
@@ -491,6 +648,112 @@ def _check_rewards(errors: list[str], rw: RewardsConfig) -> None:
         errors.append("rewards.num_workers must be >= 0 and rewards.timeout_s > 0")
     if rw.additive_format_reward and not rw.apply_r1_style_format_reward:
         errors.append("rewards.additive_format_reward needs rewards.apply_r1_style_format_reward")
+    if rw.judge is not None:
+        _check_judge(errors, rw.judge)
+
+
+_RUBRIC_FIELDS = {"question", "answer", "ground_truth", "metadata"}
+
+
+def _check_judge(errors: list[str], j: JudgeConfig) -> None:
+    """The judge's endpoint or model, its rubric's placeholders and its score pattern. Whether
+    `engine` names an engine is checked where engines are registered (`rlvr.build`)."""
+    if not j.model:
+        what = ("the model name the endpoint serves" if j.engine == "openai"
+                else "the judge model's built-in name or directory")
+        errors.append(f"rewards.judge.model is missing: {what}")
+    if j.engine == "openai" and not j.base_url.startswith(("http://", "https://")):
+        errors.append(f"rewards.judge.base_url={j.base_url!r}: rewards.judge.engine=openai "
+                      "needs the endpoint's http(s) URL, e.g. http://127.0.0.1:8000/v1")
+    if j.max_tokens <= 0 or j.timeout_s <= 0 or j.max_score <= 0 or j.max_concurrency < 1:
+        errors.append("rewards.judge.max_tokens, timeout_s and max_score must be > 0, "
+                      "rewards.judge.max_concurrency >= 1")
+    if j.temperature < 0:
+        errors.append(f"rewards.judge.temperature={j.temperature} must be >= 0")
+    _choice(errors, "rewards.judge.dtype", j.dtype, {"float32", "bfloat16"})
+    if j.rubric is not None:
+        try:
+            used = {name.split("[")[0].split(".")[0]
+                    for _, name, _, _ in string.Formatter().parse(j.rubric) if name is not None}
+        except ValueError as e:
+            errors.append(f"rewards.judge.rubric is not a format string ({e}); double literal "
+                          "braces")
+        else:
+            if used - _RUBRIC_FIELDS or "answer" not in used:
+                errors.append(f"rewards.judge.rubric may use only the placeholders "
+                              f"{sorted(_RUBRIC_FIELDS)} and must use 'answer'; it uses "
+                              f"{sorted(used)}")
+    if j.score_regex is not None:
+        try:
+            if re.compile(j.score_regex).groups < 1:
+                errors.append(f"rewards.judge.score_regex={j.score_regex!r} needs a group "
+                              "around the number")
+        except re.error as e:
+            errors.append(f"rewards.judge.score_regex={j.score_regex!r} does not compile: {e}")
+
+
+def _check_eval(errors: list[str], cfg: Config) -> None:
+    ev = cfg.eval
+    if ev.num_samples < 1 or ev.max_prompts < 1:
+        errors.append(f"eval.num_samples={ev.num_samples} and eval.max_prompts={ev.max_prompts} "
+                      "must be >= 1")
+    if not ev.pass_at_k:
+        errors.append("eval.pass_at_k must hold at least one k (e.g. [1])")
+    for k in ev.pass_at_k:
+        if not 1 <= k <= ev.num_samples:
+            errors.append(f"eval.pass_at_k holds k={k}, outside [1, eval.num_samples="
+                          f"{ev.num_samples}]: pass@k needs at least k samples per prompt; "
+                          "raise eval.num_samples or drop that k")
+    if ev.temperature < 0:
+        errors.append(f"eval.temperature={ev.temperature} must be >= 0 (0: greedy)")
+    elif ev.temperature == 0 and ev.num_samples > 1:
+        errors.append(f"eval.temperature=0 (greedy) with eval.num_samples={ev.num_samples}: "
+                      "greedy samples of a prompt are all the same answer; set "
+                      "eval.temperature > 0 (e.g. 0.6) or eval.num_samples=1")
+    if not 0 < ev.top_p <= 1:
+        errors.append(f"eval.top_p={ev.top_p} must be in (0, 1]")
+    if ev.response_length is not None and ev.response_length <= 0:
+        errors.append(f"eval.response_length={ev.response_length} must be > 0 or null "
+                      "(null: rollout.response_length)")
+    r = cfg.rollout
+    if r.engine == "vllm" and r.vllm_max_model_len < cfg.data.max_prompt_length + \
+            cfg.eval_response_length:
+        errors.append(f"rollout.vllm_max_model_len={r.vllm_max_model_len} is below "
+                      f"data.max_prompt_length + eval.response_length = "
+                      f"{cfg.data.max_prompt_length + cfg.eval_response_length}")
+    for section, sources in (("train", cfg.data.train), ("eval", cfg.data.eval)):
+        errors += [f"data.{section}[{i}].label={src.label!r} must be non-empty and hold no '/' "
+                   "(it names metrics: eval/<label>/pass@1)"
+                   for i, src in enumerate(sources)
+                   if src.label is not None and (not src.label or "/" in src.label)]
+    seen: dict[str, int] = {}
+    for i, src in enumerate(cfg.data.eval):
+        name = src.display_name
+        if name in seen:
+            errors.append(f"data.eval[{seen[name]}] and data.eval[{i}] are both named {name!r} "
+                          f"in metrics: give one a data.eval[{i}].label")
+        seen.setdefault(name, i)
+
+
+def _check_lora(errors: list[str], cfg: Config) -> None:
+    lora, a = cfg.model.lora, cfg.algorithm
+    if lora.rank < 0:
+        errors.append(f"model.lora.rank={lora.rank} must be >= 0 (0: no LoRA)")
+    if lora.rank <= 0:
+        return
+    if lora.alpha <= 0:
+        errors.append(f"model.lora.alpha={lora.alpha} must be > 0")
+    if not 0.0 <= lora.dropout < 1.0:
+        errors.append(f"model.lora.dropout={lora.dropout} must be in [0, 1)")
+    if lora.target_modules is not None and (not lora.target_modules
+                                            or not all(lora.target_modules)):
+        errors.append(f"model.lora.target_modules={lora.target_modules} must name at least one "
+                      "module and no empty name (null: every linear layer of the decoder)")
+    if a.ref_policy_update_freq is not None:
+        errors.append(f"algorithm.ref_policy_update_freq={a.ref_policy_update_freq} with "
+                      f"model.lora.rank={lora.rank}: a LoRA run's reference is the base model "
+                      "(adapters off), which no Polyak step can move; set "
+                      "algorithm.ref_policy_update_freq=null, or model.lora.rank=0")
 
 
 def warnings_for(cfg: Config) -> list[str]:
@@ -502,6 +765,10 @@ def warnings_for(cfg: Config) -> list[str]:
                    "off-policy (rho) correction that asynchronous runs get by default is OFF, "
                    "because with top-p truncation rho would measure the truncation; the "
                    "staleness of generated batches goes uncorrected. Use top_p=1.0 to have it")
+    if cfg.model.lora.rank > 0 and cfg.model.lora.dropout > 0:
+        out.append(f"model.lora.dropout={cfg.model.lora.dropout}: each forward pass over a "
+                   "batch sees other dropout noise, so the ratio to the old logprobs (and the "
+                   "gap to the engine's) measures noise as well as policy change; 0 avoids it")
     return out
 
 
@@ -520,6 +787,7 @@ def validate(cfg: Config) -> None:
             {"sdpa", "flex", "flash_attention_2"})
     _choice(errors, "checkpoint.state_format", cfg.checkpoint.state_format, {"full", "sharded"})
     _check_gpu_settings(errors, cfg)
+    _check_lora(errors, cfg)
     _choice(errors, "rollout.dtype", r.dtype, {"float32", "bfloat16"})
     _choice(errors, "data.on_bad_row", cfg.data.on_bad_row, {"error", "skip"})
     _choice(errors, "logging.wandb_mode", cfg.logging.wandb_mode, {"online", "offline", "disabled"})
@@ -585,6 +853,7 @@ def validate(cfg: Config) -> None:
             "rollout.response_length x rollout.max_turns): an episode could not fit in one "
             "packed row")
     _check_workflow(errors, r)
+    _check_eval(errors, cfg)
     if e.total_episodes > 0 and cfg.samples_per_step > 0 and cfg.num_training_steps == 0:
         errors.append(
             f"experiment.total_episodes={e.total_episodes} is less than one step's samples "

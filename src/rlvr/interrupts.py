@@ -25,6 +25,25 @@ class NumericalFault(RuntimeError):
     """Too many updates in a row had non-finite gradients."""
 
 
+class EngineUnavailable(RuntimeError):
+    """No engine is left to generate with (every inference server dropped, or none reachable):
+    a failure of the run, not of an episode; the trainer stops with its last good state."""
+
+
+class EngineLost(RuntimeError):
+    """Generation has nowhere to run (every inference server gone); the last good training
+    state was saved first, and the message says where."""
+
+
+class SlurmJobFailed(RuntimeError):
+    """A run's Slurm job (`distributed.launcher=slurm`) ended with a non-zero exit code, or
+    without one; `exit_code` is what `rlvr train` exits with (the trainer's own when it ran)."""
+
+    def __init__(self, message: str, exit_code: int):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
 class StopOnSignal:
     """Context manager: the first SIGINT/SIGTERM sets `signum`; handlers restored on exit."""
 

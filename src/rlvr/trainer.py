@@ -22,15 +22,16 @@ from rlvr.build import Run, build_run
 from rlvr.checkpoint import save_final_model, save_model_checkpoint
 from rlvr.checkpoint.state import TrainingState, capture_rng, restore_rng, save_state
 from rlvr.config import Config
-from rlvr.interrupts import NumericalFault, StopOnSignal, TrainingInterrupted
+from rlvr.interrupts import EngineLost, NumericalFault, StopOnSignal, TrainingInterrupted
 from rlvr.learner import UpdateResult
 from rlvr.metrics import StepTimer, learner_throughput
+from rlvr.metrics.traces import eval_rows, training_rows
 from rlvr.producer.ahead import RolloutProducer
-from rlvr.producer.evaluation import evaluate
 from rlvr.producer.groups import Episodes
 from rlvr.producer.staleness import drop_stale_groups, staleness_metrics
 from rlvr.producer.training_batch import BatchSettings, build_training_batch
-from rlvr.types import SamplingParams
+from rlvr.rollout.base import EngineUnavailable
+from rlvr.types import Sample
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +93,9 @@ def one_training_step(run: Run, step: int, produced: tuple[Episodes, dict[str, f
         run.tokenizer.pad_token_id, a.mask_truncated_completions, a.packing,
         a.truncated_in_baseline))
     metrics.update(training.metrics)
+    if run.traces is not None:
+        with timer("traces"):
+            _write_step_traces(run, step, episodes, training.samples)
     run.episode += sum(len(g) for g in episodes.groups)
     if training.batch is None:
         log.info("step %d: every group has zero reward spread; no update", step)
@@ -111,6 +115,7 @@ def one_training_step(run: Run, step: int, produced: tuple[Episodes, dict[str, f
             result = run.learner.update(
                 batch, PolicyLoss(a.loss_fn, params), num_micro_batches=a.num_mini_batches,
                 num_epochs=a.num_epochs, temperature=cfg.rollout.temperature)
+        run.last_update_step = step
         metrics.update(update_metrics(run, result))
         if a.ref_policy_update_freq and step % a.ref_policy_update_freq == 0:
             run.learner.update_reference(a.alpha)
@@ -125,6 +130,15 @@ def one_training_step(run: Run, step: int, produced: tuple[Episodes, dict[str, f
     metrics["time/step"] = sum(timings.values()) + waited
     metrics["episode"] = float(run.episode)
     return metrics
+
+
+def _write_step_traces(run: Run, step: int, episodes: Episodes, trained: list[Sample]) -> None:
+    """Every sample of the step to `traces/`: the trained ones and those dropped before the
+    update (zero reward spread, truncated, or too stale)."""
+    stale = episodes.dropped_stale or Episodes(groups=[], outcomes=[])
+    rows = training_rows(step, episodes.groups + stale.groups,
+                         episodes.outcomes + stale.outcomes, trained)
+    run.traces.write_train(step, rows)
 
 
 @contextlib.contextmanager
@@ -158,16 +172,19 @@ def update_metrics(run: Run, result: UpdateResult) -> dict[str, float]:
     return metrics
 
 
-def run_eval(run: Run) -> dict[str, float]:
-    cfg = run.cfg
-    params = SamplingParams(n=1, temperature=cfg.eval.temperature,
-                            max_tokens=cfg.rollout.response_length,
-                            stop_strings=tuple(cfg.rollout.stop_strings), seed=cfg.experiment.seed)
+def run_eval(run: Run, step: int) -> dict[str, float]:
+    """The eval sets' figures (`rlvr.producer.evaluation`) after step `step`; with
+    `logging.save_traces` every sample goes to `traces/eval/` too."""
+    if run.evaluator is None:
+        return {}
     start = time.perf_counter()
-    metrics = evaluate(run.engine, run.scorer, run.data.eval_prompts[:cfg.eval.max_prompts], params)
-    run.scorer.metrics_since_last()  # eval verifier errors are not the step's
-    metrics["time/eval"] = time.perf_counter() - start
-    return metrics
+    result = run.evaluator.run(run.engine, run.scorer)
+    run.scorer.metrics_since_last()  # eval verifier errors are not the step's (eval/ counts them)
+    if run.traces is not None:
+        run.traces.write_eval(step, [row for s in result.sets for row in eval_rows(
+            step, s.name, [x for g in s.episodes.groups for x in g],
+            [o for g in s.episodes.outcomes for o in g])])
+    return {**result.metrics, "time/eval": time.perf_counter() - start}
 
 
 def train(cfg: Config) -> Run:
@@ -197,8 +214,11 @@ def _train_loop(run: Run, stop: StopOnSignal) -> None:
     producer = _start_producer(run)
     try:
         for step in range(run.start_step + 1, cfg.num_training_steps + 1):
-            produced = _next_produced(run, producer, step, stop) if producer else None
-            metrics = one_training_step(run, step, produced)
+            try:
+                produced = _next_produced(run, producer, step, stop) if producer else None
+                metrics = one_training_step(run, step, produced)
+            except EngineUnavailable as e:
+                _stop_after_engine_loss(run, step, e)
             skipped_in_a_row = _finish_step(run, stop, step, metrics, skipped_in_a_row)
     finally:
         if producer is not None:
@@ -240,15 +260,34 @@ def _next_produced(run: Run, producer: RolloutProducer, step: int, stop: StopOnS
             f"{k} versions behind the policy (version {run.policy_version}); the producer's "
             "bound should make this impossible, so the version bookkeeping is wrong")
     kept_ids = {id(g) for g in kept_groups}
-    kept = Episodes(groups=kept_groups, outcomes=[o for g, o in zip(episodes.groups,
-                                                                      episodes.outcomes)
-                                                   if id(g) in kept_ids])
+    pairs = list(zip(episodes.groups, episodes.outcomes))
+    # The stale groups of the batch trained on ride along for the traces (trained=false).
+    stale = Episodes(groups=[g for g, _ in pairs if id(g) not in kept_ids],
+                     outcomes=[o for g, o in pairs if id(g) not in kept_ids])
+    kept = Episodes(groups=kept_groups, outcomes=[o for g, o in pairs if id(g) in kept_ids],
+                    dropped_stale=stale)
     return kept, {**metrics, "async/stale_results_dropped": float(dropped),
                   "time/trainer_waiting_for_data": waited,
                   "time/generation_waiting_for_trainer": producer.blocked_since_last()}
 
 
 MAX_STALE_BATCHES_IN_A_ROW = 4
+
+
+def _stop_after_engine_loss(run: Run, step: int, error: EngineUnavailable) -> None:
+    """No engine is left (every inference server gone): save the state of the last step whose
+    update the learner holds, which is `step` itself when only the weight sync after its
+    update failed, and stop naming the servers and the state."""
+    done = step if run.last_update_step == step else step - 1
+    if done > run.start_step:
+        if done == step:  # the update landed; the engines just never received it
+            run.policy_version += 1
+        save_state(capture_state(run, done), run.state_dir, run.cfg.checkpoint.keep_last_n_states)
+        where = f"the training state of step {done} is in {run.state_dir}"
+    else:
+        where = f"no step finished since the last state in {run.state_dir}"
+    raise EngineLost(f"step {step}: {error}; {where}: start the servers again and rerun the "
+                     "same command to resume") from error
 
 
 def _stop_between_steps(run: Run, stop: StopOnSignal, last_step: int) -> None:
@@ -265,7 +304,7 @@ def _finish_step(run: Run, stop: StopOnSignal, step: int, metrics: dict[str, flo
     """Eval, checkpoints, logging and fault checks after a step; the new skip streak."""
     cfg = run.cfg
     if _due(cfg.eval.local_eval_every, step, cfg.num_training_steps):
-        metrics.update(run_eval(run))
+        metrics.update(run_eval(run, step))
     if cfg.checkpoint.save_freq and step % cfg.checkpoint.save_freq == 0:
         save_model_checkpoint(run.learner.policy, run.tokenizer, run.output_dir, step,
                               cfg.checkpoint.keep_last_n_checkpoints)
@@ -294,7 +333,7 @@ def _log_start(run: Run) -> None:
     start = {"data/dropped_too_long": float(run.data.num_dropped_too_long),
              "data/bad_rows": float(run.data.num_bad_rows)}
     if run.cfg.eval.eval_at_start and run.data.eval_prompts:
-        start.update(run_eval(run))
+        start.update(run_eval(run, 0))
     start["time/elapsed"] = time.perf_counter() - run.started
     run.logger.log(0, {**start, "episode": 0.0})
     run.history.append({"training_step": 0, **start})

@@ -10,8 +10,9 @@ These records hold no behaviour beyond trivial derived properties; each stage ow
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 
@@ -23,7 +24,9 @@ class Prompt:
     """One training or evaluation prompt, already tokenized with the chat template.
 
     `verifiers` names the reward functions that score completions of this prompt (a row may name
-    several; how their scores combine is the reward stage's business).
+    several; how their scores combine is the reward stage's business). `metadata_json` holds
+    the row's other fields as JSON text (the record stays immutable and hashable), for
+    verifiers that declare `metadata`; `metadata` gives them as a dict.
     """
 
     id: str  # stable across runs: "<source>/<row index>"
@@ -32,6 +35,12 @@ class Prompt:
     ground_truth: str
     verifiers: tuple[str, ...]
     source: str  # dataset name, for per-source metrics
+    metadata_json: str = ""  # "" when the source keeps none
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """The row's other fields, a fresh dict each call."""
+        return json.loads(self.metadata_json) if self.metadata_json else {}
 
 
 @dataclass(frozen=True)

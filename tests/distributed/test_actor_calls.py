@@ -41,11 +41,18 @@ def _group(ray, n: int, **kw) -> ActorGroup:
     return group
 
 
-def _is_dead(ray, actor) -> bool:
-    try:
-        ray.get(actor.act.remote("return"), timeout=30)
-    except ray.exceptions.RayActorError:
-        return True
+def _is_dead(ray, actor, within_s: float = 30.0) -> bool:
+    """True once calls to `actor` fail as a dead actor's: `ray.kill` is asynchronous, so on a
+    loaded machine a call made just after it may still be answered."""
+    import time
+
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            ray.get(actor.act.remote("return"), timeout=within_s)
+        except ray.exceptions.RayActorError:
+            return True
+        time.sleep(0.5)
     return False
 
 

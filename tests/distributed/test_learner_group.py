@@ -186,3 +186,67 @@ def test_the_ray_learner_matches_the_in_process_learner_the_trainer_runs(ray_ses
                             local.update(batch, loss, 1, 1, 1.0))
     finally:
         ray_learner.close()
+
+
+def test_lora_on_two_fsdp_ranks_matches_one_process_and_pushes_merged_weights(
+        ray_session, tiny_model_dir, tiny_tokenizer):
+    """LoRA wrapped before FSDP2 on two ranks, the reference being the base (adapters off):
+    the same results, adapter state and merged weights as one process; and the weights rank 0
+    broadcasts to an engine actor are merged, so the engine's logprobs are the learner's."""
+    from rlvr.algorithm.losses import PolicyLoss
+    from rlvr.distributed.engine_group import EngineGroup
+    from rlvr.distributed.trainer_learner import GroupLearner
+    from rlvr.learner import Learner
+    from rlvr.learner.forward import forward_logprobs
+    from rlvr.learner.lora import LoraSettings, wrap_lora
+    from rlvr.models import load_causal_lm
+    from rlvr.rollout.base import EngineSettings
+    from rlvr.types import SamplingParams
+
+    lora = LoraSettings(rank=4, alpha=8.0, init_seed=3)
+    spec = _spec(tiny_model_dir, sharding="fsdp", with_reference=True, timeout_s=60, lora=lora)
+    local = Learner(wrap_lora(load_causal_lm(tiny_model_dir), lora), None, spec.settings,
+                    reference_is_base=True)
+    ray_learner = GroupLearner(LearnerGroup(spec, 2, backend="ray"),
+                               wrap_lora(load_causal_lm(tiny_model_dir), lora))
+    engines = EngineGroup(1, "transformers", tiny_model_dir, EngineSettings(),
+                          (tiny_tokenizer.eos_token_id,), tiny_tokenizer.pad_token_id,
+                          num_threads=1, cpus_per_engine=1.0, timeout_s=60)
+    try:
+        for step in range(2):
+            batch = _batch(4, seed=30 + step)
+            loss = PolicyLoss("dapo", _params(batch))
+            _assert_same_result(ray_learner.update(batch, loss, 2, 1, 1.0),
+                                local.update(batch, loss, 2, 1, 1.0))
+        want = dict(local.named_weights())  # merged, under the base model's names
+        got = dict(ray_learner.named_weights())
+        assert got.keys() == want.keys()
+        for name in want:
+            torch.testing.assert_close(got[name], want[name], atol=1e-5, rtol=1e-4, msg=name)
+        saved = ray_learner.training_state()
+        assert saved["reference"] is None and all(".lora_" in name for name in saved["policy"])
+        ray_learner.send_weights(engines, version=1)
+        prompts = [[1, 90, 91, 92, 2, 1, 70], [1, 80, 81, 2, 1, 70]]
+        groups = engines.generate(prompts, SamplingParams(n=2, temperature=1.0, max_tokens=8,
+                                                          seed=1))
+        seqs = [SequenceToPack(prompts[i], c.token_ids_T, c.logprobs_T, 0.0, 2 * i + k)
+                for i, g in enumerate(groups) for k, c in enumerate(g)]
+        batch = pack_sequences(seqs, pack_length=64)
+        with torch.no_grad():
+            local_RL, _ = forward_logprobs(local.policy, batch, 1.0)
+        mask = batch.response_mask_RL
+        torch.testing.assert_close(batch.engine_logprobs_RL[mask], local_RL[mask], atol=1e-4,
+                                   rtol=0)
+        batch = _batch(3, seed=40)  # what the two ranks saved resumes in this process
+        loss = PolicyLoss("dapo", _params(batch))
+        want_result = ray_learner.update(batch, loss, 1, 1, 1.0)
+        local.load_training_state(saved)
+        _assert_same_result(local.update(batch, loss, 1, 1, 1.0), want_result)
+        ray_learner.load_training_state(local.training_state())  # and back, broadcast
+        batch = _batch(2, seed=41)
+        loss = PolicyLoss("dapo", _params(batch))
+        _assert_same_result(ray_learner.update(batch, loss, 1, 1, 1.0),
+                            local.update(batch, loss, 1, 1, 1.0))
+    finally:
+        engines.close()
+        ray_learner.close()

@@ -106,6 +106,9 @@ def test_tiny_config_trains_with_vllm_and_async_generation(tmp_path):
          "rollout.engine=vllm", "rollout.vllm_kv_cache_gb=0.05", "rollout.vllm_max_model_len=256",
          "rollout.async_steps=2", "rollout.inflight_updates=true",
          "experiment.total_episodes=64", "algorithm.filter_zero_std_samples=false",
+         # fp32 on both sides, also on a CPU with native bf16 (where bf16 would be the
+         # learner's default and they would agree only to bf16's ~5e-4)
+         "model.bf16_autocast=false",
          "logging.progress_bar=false"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]

@@ -24,6 +24,18 @@ def write_text_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """`write_text_atomic` for bytes (a Parquet file built in memory). The temporary sibling's
+    name starts with a dot, which directory readers (pyarrow datasets, globs) skip."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
 def fresh_tmp_dir(target: Path) -> Path:
     """An empty `.tmp-<name>` sibling of `target` to build it in; temporaries a crash left
     behind in the same folder are removed first."""

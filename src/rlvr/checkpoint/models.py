@@ -2,7 +2,9 @@
 
 A checkpoint is written into a temporary sibling directory and renamed into place
 (`checkpoint.atomic`), so a crash mid-save never leaves a half-written `step_*` directory and
-never damages an earlier one. Full resumable training state is `checkpoint.state`.
+never damages an earlier one. Full resumable training state is `checkpoint.state`. A LoRA
+policy's checkpoint holds its adapter (PEFT's files, naming the base model) and the tokenizer;
+`checkpoint.adapters` loads or merges it.
 """
 
 from __future__ import annotations
@@ -12,11 +14,16 @@ import time
 from pathlib import Path
 
 from rlvr.checkpoint.atomic import fresh_tmp_dir, keep_last, publish_dir
+from rlvr.learner.lora import is_lora, save_adapter
 
 
 def _save_atomically(model, tokenizer, target: Path, info: dict) -> Path:
     tmp = fresh_tmp_dir(target)
-    model.save_pretrained(tmp, safe_serialization=True)
+    if is_lora(model):  # the adapter only; `rlvr merge` makes a plain model of it
+        save_adapter(model, tmp)
+        info = {**info, "lora": True}
+    else:
+        model.save_pretrained(tmp, safe_serialization=True)
     if tokenizer is not None:
         tokenizer.save_pretrained(tmp)
     (tmp / "rlvr_checkpoint.json").write_text(json.dumps({**info, "time": time.time()}))

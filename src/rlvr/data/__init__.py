@@ -1,5 +1,6 @@
 """Prompt data: sources (built-in, JSONL, Parquet, `datasets`) -> examples -> tokenised
-prompts -> a weighted training mixture and a held-out evaluation set."""
+prompts -> a weighted training mixture and named evaluation sets (one per `data.eval` source,
+or a holdout of the first training source)."""
 
 from __future__ import annotations
 
@@ -11,20 +12,36 @@ from rlvr.data.errors import DataError, Example
 from rlvr.data.mixer import PromptMixer, split_holdout
 from rlvr.data.prompts import tokenize_examples
 from rlvr.data.readers import load_file_source
+from rlvr.data.templates import load_chat_template
 from rlvr.types import Prompt
 
-__all__ = ["BUILTIN_SOURCES", "DataBundle", "DataError", "Example", "LoadedData", "PromptMixer",
-           "build_datasets", "load_datasets", "load_source", "tokenize_datasets",
+__all__ = ["BUILTIN_SOURCES", "DataBundle", "DataError", "EvalSet", "Example", "LoadedData",
+           "PromptMixer", "build_datasets", "load_datasets", "load_source", "tokenize_datasets",
            "tokenize_examples"]
+
+
+@dataclass(frozen=True)
+class EvalSet:
+    """Prompts scored together and reported under one name (`eval/<name>/pass@1`): a
+    `data.eval` source (named by `DataSourceConfig.display_name`), or the holdout of the first
+    training source (named after it)."""
+
+    name: str
+    prompts: list[Prompt]
 
 
 @dataclass
 class DataBundle:
     train: PromptMixer
-    eval_prompts: list[Prompt]
+    eval_sets: list[EvalSet]
     num_dropped_too_long: int
     num_bad_rows: int
     train_sizes: dict[str, int]
+
+    @property
+    def eval_prompts(self) -> list[Prompt]:
+        """Every eval set's prompts, in order."""
+        return [p for s in self.eval_sets for p in s.prompts]
 
 
 def load_source(src: DataSourceConfig, seed: int, on_bad_row: str = "error",
@@ -47,7 +64,7 @@ class LoadedData:
     """Validated examples of every source, before tokenisation (no model needed yet)."""
 
     train: list[tuple[DataSourceConfig, list[Example]]]
-    eval: list[list[Example]]
+    eval: list[tuple[DataSourceConfig, list[Example]]]
     num_bad_rows: int
 
 
@@ -62,29 +79,33 @@ def load_datasets(cfg: DataConfig, seed: int,
             examples, n_bad = load_source(src, seed, cfg.on_bad_row)
             out.append((src, _remap(examples, remap)))
             bad += n_bad
-    return LoadedData(train=train, eval=[examples for _, examples in evals], num_bad_rows=bad)
+    return LoadedData(train=train, eval=evals, num_bad_rows=bad)
 
 
 def tokenize_datasets(loaded: LoadedData, cfg: DataConfig, tokenizer, seed: int) -> DataBundle:
+    """Every row through `data.chat_template` (a bad template or row fails here, before any
+    model loads), too-long prompts dropped, the eval set held out if none is given."""
+    template = load_chat_template(cfg.chat_template, tokenizer)
     dropped = 0
     train: list[tuple[str, list[Prompt], float]] = []
-    eval_prompts: list[Prompt] = []
+    eval_sets: list[EvalSet] = []
     for src, examples in loaded.train:
-        prompts, n_drop = tokenize_examples(examples, tokenizer, cfg.max_prompt_length,
+        prompts, n_drop = tokenize_examples(examples, template, cfg.max_prompt_length,
                                             cfg.system_prompt)
         train.append((src.name, prompts, src.weight))
         dropped += n_drop
-    for examples in loaded.eval:
-        prompts, n_drop = tokenize_examples(examples, tokenizer, cfg.max_prompt_length,
+    for src, examples in loaded.eval:
+        prompts, n_drop = tokenize_examples(examples, template, cfg.max_prompt_length,
                                             cfg.system_prompt)
-        eval_prompts += prompts
+        eval_sets.append(EvalSet(src.display_name, prompts))
         dropped += n_drop
     if not loaded.eval and cfg.eval_holdout > 0:
         # Hold out from the first source: the task the run is about.
         name, prompts, weight = train[0]
-        kept, eval_prompts = split_holdout(prompts, cfg.eval_holdout, seed)
+        kept, held = split_holdout(prompts, cfg.eval_holdout, seed)
         train[0] = (name, kept, weight)
-    return DataBundle(train=PromptMixer(train, seed, cfg.shuffle), eval_prompts=eval_prompts,
+        eval_sets.append(EvalSet(loaded.train[0][0].display_name, held))
+    return DataBundle(train=PromptMixer(train, seed, cfg.shuffle), eval_sets=eval_sets,
                       num_dropped_too_long=dropped, num_bad_rows=loaded.num_bad_rows,
                       train_sizes={name: len(p) for name, p, _ in train})
 

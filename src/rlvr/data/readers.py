@@ -110,9 +110,40 @@ def row_to_example(row: Any, src: DataSourceConfig, source: str, index: int) -> 
         raise DataError(source, index, None, f"expected an object, got {type(row).__name__}")
     example = Example(id=f"{src.name}/{index}", messages=_messages(row, src, where),
                       ground_truth=_ground_truth(row, src, where),
-                      verifiers=_verifiers(row, src, where), source=src.name)
+                      verifiers=_verifiers(row, src, where), source=src.name,
+                      metadata_json=_metadata(row, src, where))
     _check_ground_truth(example, src, where)
     return example
+
+
+def _metadata(row: dict, src: DataSourceConfig, where: tuple[str, int]) -> str:
+    """The row's metadata as JSON text ("" for none): the fields `src.metadata_fields` lists,
+    or every field the example is not made of, without values JSON cannot hold (a Parquet
+    timestamp, bytes), which a row need not be refused for when nobody asked for them."""
+    if src.metadata_fields is None:
+        taken = {src.messages_field, src.prompt_field, src.ground_truth_field, src.verifier_field}
+        fields = {k: v for k, v in row.items() if k not in taken}
+        try:
+            return json.dumps(fields) if fields else ""
+        except (TypeError, ValueError):
+            fields = {k: v for k, v in fields.items() if _holds_json(v)}
+            return json.dumps(fields) if fields else ""
+    for name in src.metadata_fields:
+        if name not in row:
+            raise DataError(*where, name, "missing (metadata_fields lists it)")
+        if not _holds_json(row[name]):
+            raise DataError(*where, name, f"a {type(row[name]).__name__} cannot be metadata: "
+                                          "JSON cannot hold it")
+    fields = {name: row[name] for name in src.metadata_fields}
+    return json.dumps(fields) if fields else ""
+
+
+def _holds_json(value: Any) -> bool:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 def _check_ground_truth(example: Example, src: DataSourceConfig, where: tuple[str, int]) -> None:

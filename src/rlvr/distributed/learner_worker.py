@@ -29,7 +29,9 @@ from rlvr.distributed.sharding import (ShardingMode, full_weight_layout,
                                        shard_policy, sharded_forward_logprobs)
 from rlvr.distributed.world import DEFAULT_TIMEOUT_S, World, destroy_world, init_world
 from rlvr.learner import Learner, LearnerSettings, LearnerState, UpdateResult
-from rlvr.learner.learner import LossFn, load_optimizer_state_by_name
+from rlvr.learner.learner import LossFn, load_optimizer_state_by_name, load_policy_state_by_name
+from rlvr.learner.lora import (LoraSettings, adapter_scales, is_lora, merge_adapter_weights,
+                               merged_layout, wrap_lora)
 from rlvr.models import load_causal_lm
 from rlvr.rollout.weight_sync import DEFAULT_BUCKET_BYTES, BroadcastTransport
 from rlvr.types import PackedBatch
@@ -53,6 +55,9 @@ class LearnerSpec:
     # torch threads per rank (several busy processes share the cores); 0 leaves the process's
     # setting alone, which the local backend wants (it runs in the trainer's process)
     num_threads: int = 1
+    # LoRA adapters (`model.lora`), put in before sharding; the reference is then the policy
+    # with its adapters off, and engines get merged weights. None: every weight trains.
+    lora: LoraSettings | None = None
 
 
 class LearnerWorker:
@@ -99,9 +104,12 @@ class LearnerWorker:
                                     self.device.backend, timeout_s=spec.timeout_s)
         # The driver ran the load-time model checks on this directory and dtype (rlvr.build).
         policy = load_causal_lm(spec.model_dir, spec.dtype, spec.attn_implementation)
+        if spec.lora is not None:  # every rank alike (seeded init), before sharding
+            policy = wrap_lora(policy, spec.lora)
         # Copied before sharding: FSDP2 rewrites the module in place, and each copy needs its
-        # own sharded parameters.
-        reference = Learner.frozen_copy(policy) if spec.with_reference else None
+        # own sharded parameters. A LoRA policy's reference is its base: no copy.
+        reference = (Learner.frozen_copy(policy) if spec.with_reference and spec.lora is None
+                     else None)
         sharding = "none" if self.world_size == 1 else spec.sharding
         settings = spec.settings
         if sharding == "none":  # one rank: the weights move, autocast gives bf16 matmuls
@@ -117,7 +125,8 @@ class LearnerWorker:
             settings = dataclasses.replace(settings, bf16_autocast=False)
         # The optimizer is built inside Learner, after sharding, so it holds the DTensors.
         self.learner = Learner(policy, reference, settings, forward_fn=sharded_forward_logprobs,
-                               device=self.device.torch)
+                               device=self.device.torch,
+                               reference_is_base=spec.with_reference and spec.lora is not None)
 
     def loss_fn(self, loss_name: str, loss_params: LossParams) -> LossFn:
         """The loss the learner runs (a seam: tests wrap it to inject faults)."""
@@ -141,7 +150,8 @@ class LearnerWorker:
         self._learner().skip_update(num_epochs)
 
     def named_full_weights(self) -> dict[str, torch.Tensor] | None:
-        """The policy's full weights on rank 0 (None elsewhere). A collective."""
+        """The policy's full weights on rank 0 (None elsewhere), by the policy's own names (a
+        LoRA policy's: PEFT's, adapters unmerged). A collective."""
         return gather_full_state_dict(self._learner().policy, self.world)
 
     def weight_sync_endpoint(self) -> tuple[str, int]:
@@ -161,10 +171,14 @@ class LearnerWorker:
             for _ in weights:  # take part in each tensor's all-gather, in rank 0's order
                 pass
             return
+        layout = full_weight_layout(policy)
+        if is_lora(policy):  # engines load merged weights under the base model's names
+            scales = adapter_scales(policy)
+            weights, layout = merge_adapter_weights(weights, scales), merged_layout(layout, scales)
         if self._engines is None:
             host, port = endpoint
             self._engines = BroadcastTransport(
-                host, port, num_engines, full_weight_layout(policy), self.spec.timeout_s,
+                host, port, num_engines, layout, self.spec.timeout_s,
                 bucket_bytes=bucket_bytes, backend=self.device.backend, device=self.device.torch)
         self._engines.push(weights, version)
 
@@ -195,7 +209,7 @@ class LearnerWorker:
         # The optimizer before the weights, as in `Learner.load_training_state`.
         load_optimizer_state_by_name(learner.policy, learner.optimizer,
                                      mine["optimizer"] if mine else {}, opts, fresh)
-        set_model_state_dict(learner.policy, mine["policy"] if mine else {}, options=opts)
+        load_policy_state_by_name(learner.policy, mine["policy"] if mine else {}, opts)
         if learner.reference is not None:
             set_model_state_dict(learner.reference, mine["reference"] if mine else {},
                                  options=opts)

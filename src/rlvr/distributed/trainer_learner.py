@@ -7,7 +7,8 @@ ranks as its name and parameters), syncs engines after each update, and saves ch
 - engine actors: `broadcast_to(engines)` sends them from rank 0 straight to the engines.
 `policy` is the driver's own copy of the model. It is refreshed from rank 0 when read after an
 update it has not seen, so checkpoints cost a gather only when one is saved, and a checkpoint
-and the engines always hold the same weights.
+and the engines always hold the same weights. With LoRA it is wrapped as the ranks' policies
+are (same names), so checkpoints hold the adapter and engines here get it merged.
 
 `training_state` / `load_training_state` carry the exact-resume state of every rank through
 rank 0, in `Learner`'s format (`LearnerState`, keyed by parameter name): a state saved by either
@@ -28,6 +29,7 @@ from rlvr.algorithm.losses import PolicyLoss
 from rlvr.distributed.engine_group import EngineGroup
 from rlvr.distributed.learner_group import LearnerGroup
 from rlvr.learner import LearnerState, UpdateResult
+from rlvr.learner.lora import engine_weights, is_lora
 from rlvr.rollout.base import RolloutEngine
 from rlvr.types import PackedBatch
 
@@ -64,6 +66,8 @@ class GroupLearner:
             if name in own:
                 own[name].copy_(tensor)
         self._policy_stale = False
+        if is_lora(self._policy):  # the ranks sent adapters unmerged: engines want them merged
+            return engine_weights(self._policy)
         return iter(weights.items())
 
     def send_weights(self, engine: RolloutEngine, version: int) -> None:

@@ -9,17 +9,26 @@ attention_dropout=0.1). open-instruct zeroes dropout the same way; we also catch
 attribute (Llama's `attention_dropout`) handed to sdpa while `training` is true.
 
 Not `model.eval()`: gradient checkpointing in transformers runs only in training mode.
+
+LoRA's own dropout (`model.lora.dropout`, on the adapter's input) is the one exception: the user
+sets it on purpose, so it is kept (`keep`). Its default is 0 for the reason above.
 """
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 
 
-def disable_dropout(model: torch.nn.Module) -> int:
-    """Zero every dropout rate in `model` in place; returns how many were non-zero."""
+def disable_dropout(model: torch.nn.Module,
+                    keep: Callable[[str], bool] = lambda module_name: False) -> int:
+    """Zero every dropout rate in `model` in place, except in modules whose name `keep`
+    accepts; returns how many were non-zero."""
     changed = 0
-    for module in model.modules():
+    for name, module in model.named_modules():
+        if keep(name):
+            continue
         if isinstance(module, torch.nn.modules.dropout._DropoutNd):
             changed += module.p > 0
             module.p = 0.0

@@ -9,12 +9,18 @@ sharded forward function, and gradient clipping handles DTensor parameters.
 Its training state is keyed by parameter name (`rlvr.learner.protocol.LearnerState`), built with
 `torch.distributed.checkpoint`'s full state dicts: those read a plain module without any process
 group and gather a sharded one, so one process and any number of ranks share one format.
+
+A LoRA policy (`rlvr.learner.lora`) trains its adapters only: the optimizer holds them, the
+training state's policy holds them (the frozen base is reloaded from the model directory), the
+reference is the policy with its adapters switched off (`reference_is_base`), and engines get
+the merged weights under the base model's names.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import math
 import time
 import warnings
@@ -36,6 +42,8 @@ from rlvr.checkpoint.sharded import load_sharded, save_sharded
 from rlvr.device import memory_metrics
 from rlvr.learner.dropout import disable_dropout
 from rlvr.learner.forward import forward_logprobs
+from rlvr.learner.lora import (adapters_disabled, check_adapter_state, engine_weights,
+                               is_adapter_dropout, trainable_parameters)
 from rlvr.learner.schedule import build_scheduler
 from rlvr.types import PackedBatch
 
@@ -141,27 +149,66 @@ def load_optimizer_state_by_name(model: torch.nn.Module, optimizer: torch.optim.
         optimizer.state.clear()
 
 
+def _has_frozen_parameters(model: torch.nn.Module) -> bool:
+    return any(not p.requires_grad for p in model.parameters())
+
+
+def policy_state_by_name(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The policy's full state keyed by name, as the optimizer's: every weight of a plain
+    model; only the trainable ones of a model with a frozen part (a LoRA base, reloaded from
+    the model directory on resume, so states stay the adapters' size). A collective on a
+    sharded model; rank 0 gets it."""
+    if not _has_frozen_parameters(model):
+        return get_model_state_dict(model, options=FULL_STATE)
+    state = get_model_state_dict(model, options=dataclasses.replace(FULL_STATE,
+                                                                    ignore_frozen_params=True))
+    # DCP leaves a frozen weight tied to another in (lm_head to the embeddings): drop it too.
+    trainable = {name for name, p in model.named_parameters() if p.requires_grad}
+    return {name: tensor for name, tensor in state.items() if name in trainable}
+
+
+def load_policy_state_by_name(model: torch.nn.Module, state: dict[str, torch.Tensor],
+                              options: StateDictOptions) -> None:
+    """Restore what `policy_state_by_name` returned (rank 0's, broadcast when `options` says
+    so; the other ranks pass {}). A model with a frozen part takes its trainable weights only,
+    checked by name first, and keeps its frozen ones."""
+    if _has_frozen_parameters(model):
+        if state:
+            check_adapter_state(model, state)
+        options = dataclasses.replace(options, strict=False)
+    set_model_state_dict(model, state, options=options)
+
+
 class Learner:
     def __init__(self, policy: torch.nn.Module, reference: torch.nn.Module | None,
                  settings: LearnerSettings, forward_fn: ForwardFn = forward_logprobs,
-                 device: torch.device | None = None):
+                 device: torch.device | None = None, reference_is_base: bool = False):
         """`forward_fn` computes a packed batch's logprobs under a model (policy or reference);
         a sharded policy needs the sharded variant. `device` is where the forward passes run
         (batches are moved there); None: where the policy's parameters are. It differs from
-        them under FSDP2 CPU offload (parameters on the host, compute on the GPU)."""
+        them under FSDP2 CPU offload (parameters on the host, compute on the GPU).
+        `reference_is_base`: a LoRA policy with `reference` None computes reference logprobs
+        itself, with its adapters switched off (the base model, no second copy)."""
+        if reference_is_base and reference is not None:
+            raise ValueError("reference_is_base means the policy's base is the reference: "
+                             "pass no reference model too")
         self.device = device if device is not None else next(policy.parameters()).device
-        # Every pass over the same tokens must see the same function: no dropout noise.
-        disable_dropout(policy)
+        # Every pass over the same tokens must see the same function: no dropout noise, but
+        # for LoRA's, which the user sets (`model.lora.dropout`).
+        disable_dropout(policy, keep=is_adapter_dropout)
         if reference is not None:
             disable_dropout(reference)
         self.policy = policy.train()
         self.forward_fn = forward_fn
         self.reference = reference.eval().requires_grad_(False) if reference is not None else None
+        self.reference_is_base = reference_is_base
         self.settings = settings
         if settings.gradient_checkpointing:
             policy.gradient_checkpointing_enable()
+        # Every parameter of a plain policy; a LoRA policy's adapters only.
+        self.trainable = trainable_parameters(policy)
         self.optimizer = torch.optim.AdamW(
-            policy.parameters(), lr=settings.learning_rate, betas=settings.betas,
+            self.trainable, lr=settings.learning_rate, betas=settings.betas,
             eps=settings.eps, weight_decay=settings.weight_decay)
         self.scheduler = build_scheduler(settings.lr_scheduler_type, self.optimizer,
                                          settings.warm_up_steps, settings.total_optimizer_steps)
@@ -184,7 +231,8 @@ class Learner:
     def update_reference(self, alpha: float) -> None:
         """Polyak step of the frozen reference toward the policy."""
         if self.reference is None:
-            raise RuntimeError("no reference model is loaded")
+            raise RuntimeError("no reference model is loaded (a LoRA policy's reference is its "
+                               "base, which does not move)")
         polyak_update_(list(self.reference.parameters()), list(self.policy.parameters()), alpha)
 
     def training_state(self) -> LearnerState:
@@ -192,7 +240,7 @@ class Learner:
         name (`LearnerState`). A plain policy's tensors are the live ones: save them before the
         next update. On a sharded policy, a collective: rank 0 gets the full state."""
         reference = self.reference
-        return {"policy": get_model_state_dict(self.policy, options=FULL_STATE),
+        return {"policy": policy_state_by_name(self.policy),
                 "reference": (get_model_state_dict(reference, options=FULL_STATE)
                               if reference is not None else None),
                 "optimizer": optimizer_state_by_name(self.policy, self.optimizer),
@@ -205,7 +253,7 @@ class Learner:
         # The optimizer before the weights: DCP may step it at zero learning rate first.
         load_optimizer_state_by_name(self.policy, self.optimizer, state["optimizer"], options,
                                      fresh=not state["optimizer"]["state"])
-        set_model_state_dict(self.policy, state["policy"], options=options)
+        load_policy_state_by_name(self.policy, state["policy"], options)
         if self.reference is not None and state["reference"] is not None:
             set_model_state_dict(self.reference, state["reference"], options=options)
         self.scheduler.load_state_dict(state["scheduler"])
@@ -214,9 +262,9 @@ class Learner:
         """Nothing to release (the policy is this process's); the trainer closes any learner."""
 
     def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
-        """Weights to send to an engine (detached views; no copy)."""
-        for name, tensor in self.policy.state_dict().items():
-            yield name, tensor.detach()
+        """Weights to send to an engine, under the base model's names: detached views (no
+        copy), or a LoRA policy's merged weights (`rlvr.learner.lora.engine_weights`)."""
+        return engine_weights(self.policy)
 
     def send_weights(self, engine, version: int) -> None:
         """Any engine takes the weights through its `update_weights` (an `EngineGroup` of
@@ -231,10 +279,14 @@ class Learner:
 
     @torch.no_grad()
     def _reference_logprobs(self, batch: PackedBatch, temperature: float) -> torch.Tensor | None:
-        if self.reference is None:
+        if self.reference is not None:
+            model, switch = self.reference, contextlib.nullcontext()
+        elif self.reference_is_base:
+            model, switch = self.policy, adapters_disabled(self.policy)
+        else:
             return None
-        with self._autocast():
-            return self.forward_fn(self.reference, batch, temperature, False)[0].float()
+        with switch, self._autocast():
+            return self.forward_fn(model, batch, temperature, False)[0].float()
 
     def update(self, batch: PackedBatch, loss: LossFn, num_micro_batches: int,
                num_epochs: int, temperature: float) -> UpdateResult:
@@ -282,8 +334,7 @@ class Learner:
                     diff = (new_RL.detach() - mb.engine_logprobs_RL)[mask_RL].abs()
                     diff_sum += float(diff.sum())
                     diff_max = max(diff_max, float(diff.max()) if diff.numel() else 0.0)
-            grad_norm = clip_grad_norm(list(self.policy.parameters()),
-                                       self.settings.max_grad_norm)
+            grad_norm = clip_grad_norm(self.trainable, self.settings.max_grad_norm)
             learning_rate = self.optimizer.param_groups[0]["lr"]  # the rate this step used
             if math.isfinite(grad_norm):
                 self.optimizer.step()

@@ -29,7 +29,8 @@ class LearnerState(TypedDict):
 
     - `policy`, `reference`: model state dicts, parameter name -> tensor (tied weights appear
       under each of their names, as `nn.Module.state_dict` gives them); `reference` is None
-      without a reference model.
+      without a reference model. A LoRA policy's holds its adapter weights only (PEFT's
+      names), its frozen base being reloaded from the model directory.
     - `optimizer`: `{"state": {name: {"step": [], "exp_avg": [*shape], "exp_avg_sq": [*shape]}},
       "param_groups": [{"lr": ..., "betas": ..., ..., "params": [name, ...]}]}` for AdamW, as
       `torch.distributed.checkpoint.state_dict.get_optimizer_state_dict` returns it with

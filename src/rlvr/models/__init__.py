@@ -87,6 +87,12 @@ def load_causal_lm(model_dir: str, dtype: str = "float32",
     if attn_implementation not in transformers_names:
         raise ValueError(f"attn_implementation={attn_implementation!r} is not one of "
                          f"{sorted(transformers_names)}")
+    directory = Path(model_dir)
+    if (directory / "adapter_config.json").is_file() and not (directory / "config.json").is_file():
+        # transformers would fetch the adapter's base by name (from the hub, for a built-in)
+        raise FileNotFoundError(f"{model_dir} holds a LoRA adapter, not a whole model: "
+                                f"`rlvr merge {model_dir} OUT` writes one (rlvr generate merges "
+                                "on the fly)")
     return AutoModelForCausalLM.from_pretrained(
         model_dir, dtype=DTYPES[dtype],
         attn_implementation=transformers_names[attn_implementation])

@@ -11,7 +11,7 @@ One step's batch is made in this order, a module each:
 - `staleness`: how many policy versions behind a group is, and dropping stale groups;
 - `training_batch`: advantages, zero-std filtering, truncation masking and packing into the
   `PackedBatch` the learner trains on;
-- `evaluation`: the held-out greedy evaluation.
+- `evaluation`: the eval sets, n samples per prompt, pass@k and maj@n (training and `rlvr eval`).
 
 Not here: the engines (`rlvr.rollout`), the verifiers (`rlvr.rewards`), the learner.
 """

@@ -1,27 +1,184 @@
-"""In-loop evaluation on the held-out prompts: one sample per prompt, scored by the verifiers.
+"""Evaluation on named prompt sets: n samples per prompt, scored by the verifiers, reported per
+set (pass@k for each k asked, maj@n, mean reward, stop rate, length) and pooled over all sets.
 
-Reports the mean score, pass@1 (fraction of prompts whose sample scores full marks) and the stop
-rate. Greedy by default, so the figure moves only when the policy does.
+What it is: `Evaluator(sets, settings).run(engine, scorer) -> EvalResult`, the one code path of
+both the training loop (`rlvr.trainer.run_eval`) and `rlvr eval` (`rlvr.offline_eval`), so a
+checkpoint scored afterwards is measured exactly as its run measured it. The result keeps every
+sample with its verifier outcome, for whoever records generations.
+What it is not: it builds nothing (engine, scorer and sets are given), writes nothing, and
+shapes no reward: eval reports what the verifiers said. The estimators are
+`rlvr.algorithm.pass_at_k`.
+
+Metrics, for each set `<name>`: `eval/<name>/pass@k`, `eval/<name>/maj@n` (n > 1, and only
+where every prompt's verifier can extract answers), `eval/<name>/mean_reward`,
+`eval/<name>/stop_rate`, `eval/<name>/sequence_lengths`. Pooled over every sample of every set
+(the figures of one greedy sample per prompt before eval sets had names, kept so curves and
+benchmarks read on): `eval/scores` (mean reward), `eval/pass_at_1`, `eval/stop_rate`,
+`eval/sequence_lengths`, and `eval/verifier_errors` / `eval/verifier_timeouts` (counts).
+
+A sample is correct when its reward is full marks (>= 1): a partial score (some of a row's IF
+constraints, some tests) is not a pass. Every eval draws the same seeds (derived from the run's
+per set), so two evals of a run differ by the weights, not by sampling luck.
 """
 
 from __future__ import annotations
 
-from rlvr.producer.groups import generate_and_score
+import logging
+from dataclasses import dataclass, replace
+from typing import Callable
+
+from rlvr.algorithm.pass_at_k import majority_vote, pass_at_k
+from rlvr.data import EvalSet
+from rlvr.producer.groups import Episodes, generate_and_score
+from rlvr.rewards.registry import answer_extractor
 from rlvr.rewards.scorer import RewardScorer
 from rlvr.rollout.base import RolloutEngine
+from rlvr.rollout.seeds import derive_seed
 from rlvr.types import Prompt, SamplingParams
 
+log = logging.getLogger(__name__)
 
-def evaluate(engine: RolloutEngine, scorer: RewardScorer, prompts: list[Prompt],
-             params: SamplingParams) -> dict[str, float]:
-    if not prompts:
+FULL_MARKS = 1.0  # a sample scoring at least this passes
+AnswerKey = Callable[[str], "str | None"]
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    """How to evaluate (`eval.*`, made by `rlvr.build.eval_settings`)."""
+
+    sampling: SamplingParams  # n: samples per prompt; seed: the base each set derives its own from
+    pass_at_k: tuple[int, ...] = (1,)  # each in [1, sampling.n]
+    max_prompts: int = 64  # the first prompts of each set
+
+    def __post_init__(self) -> None:
+        bad = [k for k in self.pass_at_k if not 1 <= k <= self.sampling.n]
+        if bad:
+            raise ValueError(f"pass@k for k={bad} needs 1 <= k <= {self.sampling.n} samples")
+
+
+@dataclass
+class SetResult:
+    """One set's samples and figures. `episodes.groups[i]` holds the samples of prompt i (their
+    `reward` is the verifier score), `episodes.outcomes[i]` their verifier outcomes, and
+    `answers[i]` their answer keys (None when the set has no extractor)."""
+
+    name: str
+    episodes: Episodes
+    answers: list[list[str | None]] | None
+    metrics: dict[str, float]  # this set's, named eval/<name>/...
+
+    @property
+    def num_prompts(self) -> int:
+        return len(self.episodes.groups)
+
+
+@dataclass
+class EvalResult:
+    metrics: dict[str, float]  # every set's and the pooled figures
+    sets: list[SetResult]
+
+
+class Evaluator:
+    """The evaluation of a run: its sets (each cut to `max_prompts`) and settings, built once,
+    which also says once in the log which sets get no maj@n and why; `run` measures."""
+
+    def __init__(self, sets: list[EvalSet], settings: EvalSettings):
+        self.settings = settings
+        self.sets = [EvalSet(s.name, s.prompts[:settings.max_prompts]) for s in sets
+                     if s.prompts]
+        for s in sets:
+            if not s.prompts:
+                log.warning("eval set '%s' has no prompts (all too long?): not evaluated", s.name)
+        # Per set: each prompt's answer extractor, or None when maj@n cannot be reported.
+        self.extractors = [self._extractors(s) for s in self.sets]
+
+    def _extractors(self, eval_set: EvalSet) -> list[AnswerKey] | None:
+        if self.settings.sampling.n < 2:
+            return None  # a vote of one is pass@1
+        found = [prompt_answer_key(p) for p in eval_set.prompts]
+        missing = sorted({"+".join(p.verifiers) for p, f in zip(eval_set.prompts, found)
+                          if f is None})
+        if missing:
+            log.info("eval set '%s': no maj@%d, as verifier(s) %s extract no answer to vote on",
+                     eval_set.name, self.settings.sampling.n, ", ".join(missing))
+            return None
+        return found  # type: ignore[return-value]  (no None left)
+
+    def run(self, engine: RolloutEngine, scorer: RewardScorer) -> EvalResult:
+        results = []
+        for index, (eval_set, extractors) in enumerate(zip(self.sets, self.extractors)):
+            params = self.settings.sampling
+            if params.seed is not None:
+                params = replace(params, seed=derive_seed(params.seed, eval_set=index))
+            episodes = generate_and_score(engine, scorer, eval_set.prompts, params)
+            answers = None if extractors is None else answer_keys(episodes, extractors)
+            metrics = set_metrics(eval_set.name, episodes, answers, self.settings.pass_at_k)
+            results.append(SetResult(eval_set.name, episodes, answers, metrics))
+        metrics = pooled_metrics(results)
+        for r in results:
+            metrics.update(r.metrics)
+        return EvalResult(metrics=metrics, sets=results)
+
+
+def prompt_answer_key(prompt: Prompt) -> AnswerKey | None:
+    """The answer extractor of a prompt's verifier; None when it has none, or names several
+    (which verifier's answer would be the one voted on is not clear)."""
+    if len(prompt.verifiers) != 1:
+        return None
+    return answer_extractor(prompt.verifiers[0])
+
+
+def answer_keys(episodes: Episodes, extractors: list[AnswerKey]) -> list[list[str | None]]:
+    """Each sample's answer key; an extractor that raises counts as no answer (and is logged:
+    extractors are meant never to raise)."""
+    out = []
+    for group, extract in zip(episodes.groups, extractors):
+        keys = []
+        for sample in group:
+            try:
+                keys.append(extract(sample.completion.text))
+            except Exception as e:  # noqa: BLE001  a broken extractor must not stop training
+                log.warning("answer extractor failed on eval prompt %s: %s", sample.prompt.id, e)
+                keys.append(None)
+        out.append(keys)
+    return out
+
+
+def set_metrics(name: str, episodes: Episodes, answers: list[list[str | None]] | None,
+                ks: tuple[int, ...]) -> dict[str, float]:
+    """One set's figures: per-prompt pass@k and maj@n averaged over prompts; per-sample means."""
+    groups = episodes.groups
+    samples = [s for g in groups for s in g]
+    n_samples = len(samples)
+    out: dict[str, float] = {}
+    for k in ks:
+        out[f"eval/{name}/pass@{k}"] = sum(
+            pass_at_k(len(g), sum(s.reward >= FULL_MARKS for s in g), k) for g in groups
+        ) / len(groups)
+    if answers is not None:
+        n = len(groups[0])
+        out[f"eval/{name}/maj@{n}"] = sum(
+            majority_vote(keys, [s.reward >= FULL_MARKS for s in g])
+            for g, keys in zip(groups, answers)) / len(groups)
+    out[f"eval/{name}/mean_reward"] = sum(s.reward for s in samples) / n_samples
+    out[f"eval/{name}/stop_rate"] = sum(not s.completion.truncated for s in samples) / n_samples
+    out[f"eval/{name}/sequence_lengths"] = sum(
+        len(s.completion.token_ids_T) for s in samples) / n_samples
+    return out
+
+
+def pooled_metrics(results: list[SetResult]) -> dict[str, float]:
+    """Per-sample means over every set (the long-standing `eval/scores` & co.)."""
+    samples = [s for r in results for g in r.episodes.groups for s in g]
+    outcomes = [o for r in results for g in r.episodes.outcomes for o in g]
+    if not samples:
         return {}
-    episodes = generate_and_score(engine, scorer, prompts, params)
-    samples = [s for g in episodes.groups for s in g]
     n = len(samples)
     return {
         "eval/scores": sum(s.reward for s in samples) / n,
-        "eval/pass_at_1": sum(s.reward >= 1.0 for s in samples) / n,
+        "eval/pass_at_1": sum(s.reward >= FULL_MARKS for s in samples) / n,
         "eval/stop_rate": sum(not s.completion.truncated for s in samples) / n,
         "eval/sequence_lengths": sum(len(s.completion.token_ids_T) for s in samples) / n,
+        "eval/verifier_errors": float(sum(o.error is not None for o in outcomes)),
+        "eval/verifier_timeouts": float(sum(o.timed_out for o in outcomes)),
     }

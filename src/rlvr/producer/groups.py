@@ -35,6 +35,9 @@ class Episodes:
 
     groups: list[list[Sample]]
     outcomes: list[list[RewardOutcome]]
+    # Groups the trainer left out before advantages (too stale to train on), with their
+    # outcomes: not trained, kept only so the traces show them.
+    dropped_stale: "Episodes | None" = None
 
 
 def generate_and_score(engine: RolloutEngine, scorer: RewardScorer, prompts: list[Prompt],
@@ -42,11 +45,8 @@ def generate_and_score(engine: RolloutEngine, scorer: RewardScorer, prompts: lis
     """One engine call and one scoring call for every prompt: the single-turn episode without
     the workflow machinery (evaluation uses it; `rlvr.workflows.single_turn` gives the same)."""
     completions = engine.generate([list(p.token_ids) for p in prompts], params)
-    requests = [
-        ScoreRequest(sample_id=f"{p.id}#{k}", completion=c.text, ground_truth=p.ground_truth,
-                     verifiers=p.verifiers)
-        for p, group in zip(prompts, completions) for k, c in enumerate(group)
-    ]
+    requests = [ScoreRequest.for_prompt(p, k, c.text)
+                for p, group in zip(prompts, completions) for k, c in enumerate(group)]
     flat_outcomes = scorer.score(requests)
     scores = shape_rewards([o.score for o in flat_outcomes],
                            [c for group in completions for c in group], shaping)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from rlvr.data.mixer import PromptMixer
+from rlvr.data.templates import load_chat_template
 from rlvr.models import load_tokenizer
 from rlvr.producer.groups import Episodes, RewardShaping, episode_metrics
 from rlvr.rewards.scorer import RewardScorer
@@ -38,6 +39,7 @@ class SourceSettings:
     workflow_settings: WorkflowSettings = field(default_factory=WorkflowSettings)
     episode_timeout_s: float = 600.0
     tokenizer_dir: str = ""  # where a process without the tokenizer (an actor) loads it
+    chat_template: str = "tokenizer"  # data.chat_template: the text between turns follows it
 
     def params_for(self, step: int) -> SamplingParams:
         # A seed per step makes a run reproducible and a resumed run continue the same stream.
@@ -54,9 +56,12 @@ class EpisodeSource:
         self._lock = threading.Lock()  # the trainer reads the mixer's state for checkpoints
         if tokenizer is None and settings.tokenizer_dir:  # in an actor: load its own
             tokenizer = load_tokenizer(settings.tokenizer_dir)
+        template = (load_chat_template(settings.chat_template, tokenizer)
+                    if tokenizer is not None else None)
         self.runner = EpisodeRunner(get_workflow(settings.workflow), engine, scorer, tokenizer,
                                     settings.workflow_settings,
-                                    episode_timeout_s=settings.episode_timeout_s)
+                                    episode_timeout_s=settings.episode_timeout_s,
+                                    chat_template=template)
 
     def produce(self, step: int) -> tuple[Episodes, dict[str, float]]:
         """Generate and score step `step`'s groups (the engine's current weights)."""

@@ -44,8 +44,20 @@ def parse_gold_number(ground_truth: str) -> float:
     return value
 
 
-@register_verifier("gsm8k", ground_truth_check=parse_gold_number)
-@register_verifier("last_number", ground_truth_check=parse_gold_number)
+def last_number_answer(completion: str) -> str | None:
+    """The answer key maj@n votes with: the last number, written canonically (`18.00`, `18` and
+    `+18` all give `18`, `1,000` gives `1000`), so equal numbers vote together."""
+    answer = parse_last_number(strip_thinking(completion))
+    if answer is None:
+        return None
+    # 12 significant digits: finer than any answer, coarser than float noise; + 0.0 turns -0 into 0
+    return f"{answer + 0.0:.12g}"
+
+
+@register_verifier("gsm8k", ground_truth_check=parse_gold_number,
+                   answer_extractor=last_number_answer)
+@register_verifier("last_number", ground_truth_check=parse_gold_number,
+                   answer_extractor=last_number_answer)
 def verify_last_number(completion: str, ground_truth: str) -> float:
     """1.0 if the last number in the completion equals the ground truth's number, else 0.0."""
     gold = parse_gold_number(ground_truth)  # first, so a bad ground truth is an error every time

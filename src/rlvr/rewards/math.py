@@ -98,13 +98,51 @@ def _equal_under_math_verify(candidate: str | None, ground_truth: str) -> float:
     return 1.0 if verify(gold, answer, timeout_seconds=None) else 0.0
 
 
-@register_verifier("math")
+# LaTeX that changes how an answer looks, not what it is: removed before answers are compared.
+_COSMETIC = re.compile(r"\\(?:left|right)(?![a-zA-Z])|\\[!,;: ]|\\displaystyle|\^\{?\\circ\}?|\s+")
+
+
+def normalize_answer_text(answer: str) -> str:
+    """A light, string-only canonical form of an extracted answer for maj@n votes: spacing,
+    `\\left`/`\\right`, thin spaces, degree marks, `$`, a trailing period and `\\dfrac` /
+    `\\tfrac` (as `\\frac`) go. Not an equivalence test (math-verify's job, too slow and
+    unbounded to run in the trainer's process): `0.5` and `\\frac12` still vote apart."""
+    text = answer.strip().strip("$").rstrip(".")
+    text = text.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
+    return _COSMETIC.sub("", text)
+
+
+def _answer_key(candidate: str | None) -> str | None:
+    if candidate is None:
+        return None
+    inner = last_boxed(candidate) if candidate.startswith(_BOXED) else candidate
+    key = normalize_answer_text(inner if inner is not None else candidate)
+    return key or None
+
+
+def math_answer(completion: str) -> str | None:
+    """The answer key maj@n votes with: the boxed, "final answer is" or last `$...$` answer
+    (`extract_candidate` without its whole-completion fallback, which is no answer), normalised."""
+    text = strip_thinking(completion)
+    committed = strict_candidate(text)
+    if committed is not None:
+        return _answer_key(committed)
+    dollars = _DOLLARS.findall(text)
+    return _answer_key(dollars[-1]) if dollars else None
+
+
+def strict_math_answer(completion: str) -> str | None:
+    """`math_answer` for `strict_math`: only a boxed or "final answer is" answer."""
+    return _answer_key(strict_candidate(strip_thinking(completion)))
+
+
+@register_verifier("math", answer_extractor=math_answer)
 def verify_math(completion: str, ground_truth: str) -> float:
     """1.0 if the extracted answer equals the ground truth under math-verify, else 0.0."""
     return _equal_under_math_verify(extract_candidate(strip_thinking(completion)), ground_truth)
 
 
-@register_verifier("strict_math")
+@register_verifier("strict_math", answer_extractor=strict_math_answer)
 def verify_strict_math(completion: str, ground_truth: str) -> float:
     """`math`, but only a boxed or "final answer is" answer counts: a model cannot be paid for
     a right number it merely wrote last."""

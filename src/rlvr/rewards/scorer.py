@@ -8,6 +8,10 @@ logged with the sample id and counted for `metrics_since_last()`. Nothing a veri
 out of `score`.
 What it is not: it knows nothing of tokens, truncation or advantages (see `penalties` and the
 trainer), and it does not decide what a verifier checks (see `registry`).
+A verifier that declares `prompt`, `trajectory` or `metadata` (see `registry`) gets them sent to
+its worker with the request; others get only (completion, ground truth). Verifiers named in
+`BATCHED_VERIFIERS` (the LLM judge) run in this process instead, one batch per `score` call,
+beside the workers (`batched`); their errors and timeouts are counted the same way.
 
 Why processes: a thread running a verifier cannot be stopped, and math-verify's own time limits
 use `signal.alarm`, which only works on the main thread.
@@ -35,14 +39,17 @@ import threading
 import time
 import weakref
 from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, Pipe, wait
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from rlvr.rewards.registry import VERIFIERS, get_verifier
+from rlvr.rewards.batched import BatchVerifier, combine, route, run_batched
+from rlvr.rewards.registry import VERIFIERS, get_verifier, verifier_inputs
 
 if TYPE_CHECKING:
-    from rlvr.types import RewardOutcome
+    from rlvr.rewards.judge import JudgeSettings
+    from rlvr.types import Prompt, RewardOutcome
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +80,7 @@ class ScorerSettings:
     num_workers: int = 2
     timeout_s: float = 5.0
     aggregator: str = "last"
+    judge: JudgeSettings | None = None  # `rewards.judge`: the `llm_judge` verifier's model
 
 
 @dataclass(frozen=True)
@@ -83,17 +91,57 @@ class ScoreRequest:
     completion: str
     ground_truth: str
     verifiers: tuple[str, ...]
+    # What a verifier may also ask for (`registry.VERIFIER_INPUTS`): the prompt's messages, the
+    # row's other fields (JSON), the episode's messages after the prompt (None: the completion
+    # as the one assistant message).
+    prompt_messages: tuple[dict[str, str], ...] = ()
+    metadata_json: str = ""
+    trajectory: tuple[dict[str, str], ...] | None = None
+
+    @classmethod
+    def for_prompt(cls, prompt: Prompt, k: int, completion: str,
+                   trajectory: Sequence[dict[str, str]] | None = None) -> ScoreRequest:
+        """The request for sample `k` of `prompt` (whose verifiers, truth and metadata it takes)."""
+        return cls(sample_id=f"{prompt.id}#{k}", completion=completion,
+                   ground_truth=prompt.ground_truth, verifiers=prompt.verifiers,
+                   prompt_messages=tuple(prompt.messages), metadata_json=prompt.metadata_json,
+                   trajectory=None if trajectory is None else tuple(dict(m) for m in trajectory))
 
 
-def run_verifiers(completion: str, ground_truth: str,
-                  verifiers: tuple[str, ...]) -> tuple[list[float], str | None]:
-    """Each named verifier's score, in order, and the errors' text (a failed verifier scores 0)."""
+def verifier_context(request: ScoreRequest) -> dict[str, Any] | None:
+    """The extra inputs the request's verifiers declare, as plain values for the worker pipe;
+    None when none asks. A name that cannot be resolved here asks for nothing: the worker
+    reports it."""
+    wanted: set[str] = set()
+    for name in request.verifiers:
+        try:
+            wanted |= verifier_inputs(name)
+        except Exception:  # noqa: BLE001  unknown or unimportable: the worker's error to report
+            pass
+    if not wanted:
+        return None
+    values = {
+        "prompt": lambda: [dict(m) for m in request.prompt_messages],
+        "metadata": lambda: json.loads(request.metadata_json) if request.metadata_json else {},
+        "trajectory": lambda: ([dict(m) for m in request.trajectory]
+                               if request.trajectory is not None
+                               else [{"role": "assistant", "content": request.completion}]),
+    }
+    return {key: values[key]() for key in wanted}
+
+
+def run_verifiers(completion: str, ground_truth: str, verifiers: tuple[str, ...],
+                  context: dict[str, Any] | None = None) -> tuple[list[float], str | None]:
+    """Each named verifier's score, in order, and the errors' text (a failed verifier scores 0).
+    `context` holds the extra inputs some of them declare (`verifier_context`)."""
     if not verifiers:
         return [], "no verifier named for this sample"
     scores, errors = [], []
     for name in verifiers:
         try:
-            score = float(get_verifier(name)(completion, ground_truth))
+            fn = get_verifier(name)
+            extra = {key: context[key] for key in verifier_inputs(name)} if context else {}
+            score = float(fn(completion, ground_truth, **extra))
             if not math.isfinite(score):
                 raise ValueError(f"verifier returned {score}")
         except Exception as e:  # noqa: BLE001  any verifier failure is recorded and counted
@@ -127,10 +175,10 @@ def serve(config: dict[str, Any]) -> None:
     conn.send(("ready", os.getpid()))
     while True:
         try:
-            completion, ground_truth, verifiers = conn.recv()
+            completion, ground_truth, verifiers, context = conn.recv()
         except EOFError:  # the parent closed the pipe or died
             return
-        conn.send(run_verifiers(completion, ground_truth, verifiers))
+        conn.send(run_verifiers(completion, ground_truth, verifiers, context))
 
 
 def _prepare_worker(config: dict[str, Any]) -> None:
@@ -188,7 +236,8 @@ class _Worker:
         self.head_since = 0.0  # when the first in-flight request started, as far as we know
 
     def send(self, index: int, request: ScoreRequest) -> None:
-        self.conn.send((request.completion, request.ground_truth, request.verifiers))
+        self.conn.send((request.completion, request.ground_truth, request.verifiers,
+                        verifier_context(request)))
         if not self.in_flight:
             self.head_since = time.monotonic()
         self.in_flight.append(index)
@@ -240,11 +289,14 @@ class RewardScorer:
     Workers import `rlvr.rewards` and every module that registered a verifier before this scorer
     was built; a verifier registered later, or defined in `__main__`, is unknown to them (naming
     it `package.module:function` works everywhere).
+    `batched` maps batched verifier names (`llm_judge`) to the stages that score them here, in
+    a thread beside the workers; the scorer closes them.
     Thread-safe: concurrent `score` calls run one after the other. Use as a context manager, or
     call `close()`; a scorer that is garbage-collected, or alive at interpreter exit, kills its workers too.
     """
 
-    def __init__(self, num_workers: int = 2, timeout_s: float = 5.0, aggregator: str = "last"):
+    def __init__(self, num_workers: int = 2, timeout_s: float = 5.0, aggregator: str = "last",
+                 batched: Mapping[str, BatchVerifier] | None = None):
         if aggregator not in AGGREGATORS:
             raise ValueError(f"unknown reward aggregator '{aggregator}'; known: "
                              f"{', '.join(AGGREGATORS)}")
@@ -257,32 +309,59 @@ class RewardScorer:
         self.num_errors = 0  # running totals since construction
         self.num_timeouts = 0
         self._reported = (0, 0)  # totals at the last metrics_since_last()
+        self._seconds = 0.0  # spent in score() since the last metrics_since_last()
         self._closed = False
         self._lock = threading.Lock()  # score() from the producer thread and from eval: in turn
         self._worker_config = {"sys_path": [str(p) for p in sys.path],
                                "modules": _plugin_modules() if num_workers else [],
                                "address_space_bytes": WORKER_ADDRESS_SPACE_BYTES}
         self._workers = [_Worker(self._worker_config) for _ in range(num_workers)]
+        self._batched = dict(batched or {})
+        self._batched_pool = ThreadPoolExecutor(1, thread_name_prefix="rlvr-batched-verifiers")
         # Holds the list (replaced workers are swapped in place), never self.
         self._finalizer = weakref.finalize(self, _kill_workers, self._workers)
 
     @classmethod
     def from_settings(cls, settings: ScorerSettings) -> "RewardScorer":
-        return cls(settings.num_workers, settings.timeout_s, settings.aggregator)
+        batched: dict[str, BatchVerifier] = {}
+        if settings.judge is not None:  # loads the judge's model, or checks its endpoint's key
+            from rlvr.rewards.judge import JUDGE_VERIFIER, JudgeScorer
+
+            batched[JUDGE_VERIFIER] = JudgeScorer.from_settings(settings.judge)
+        return cls(settings.num_workers, settings.timeout_s, settings.aggregator, batched)
 
     def score(self, requests: list[ScoreRequest]) -> list[RewardOutcome]:
         """One outcome per request, in order. Raises only if a worker cannot start at all.
         Callers in several threads are served one at a time."""
         with self._lock:
-            return self._score(requests)
+            start = time.perf_counter()
+            try:
+                return self._score(requests)
+            finally:
+                self._seconds += time.perf_counter() - start
 
     def _score(self, requests: list[ScoreRequest]) -> list[RewardOutcome]:
         if self._closed:
             raise RuntimeError("score() on a closed RewardScorer")
+        routing = route(requests)
+        judged = (self._batched_pool.submit(run_batched, requests, routing, self._batched)
+                  if routing.batched else None)
+        try:
+            parts = dict(zip(routing.worker_index, self._run_workers(routing.worker_requests)))
+        finally:  # the batched stage bounds its own time
+            batched = judged.result() if judged is not None else {}
+        return [self._outcome(r, *combine(r.verifiers, parts.get(i),
+                                          {name: results[i] for name, results in batched.items()
+                                           if i in results}))
+                for i, r in enumerate(requests)]
+
+    def _run_workers(self, requests: list[ScoreRequest]
+                     ) -> list[tuple[list[float], str | None, bool]]:
+        """(scores, error text, timed out) of each request, from the worker processes."""
         if self.num_workers == 0:  # in this process, unbounded: for debugging
-            return [self._outcome(r, *run_verifiers(r.completion, r.ground_truth, r.verifiers))
-                    for r in requests]
-        outcomes: list[RewardOutcome | None] = [None] * len(requests)
+            return [(*run_verifiers(r.completion, r.ground_truth, r.verifiers,
+                                    verifier_context(r)), False) for r in requests]
+        outcomes: list[tuple | None] = [None] * len(requests)
         pending = deque(range(len(requests)))
         try:
             while pending or any(w.in_flight for w in self._workers):
@@ -322,7 +401,7 @@ class RewardScorer:
             elif now >= self._deadline(w):
                 index = w.in_flight.popleft()
                 self._abandon(w, pending)
-                outcomes[index] = self._outcome(requests[index], [], None, timed_out=True)
+                outcomes[index] = ([], None, True)
 
     def _deadline(self, w: _Worker) -> float:
         if not w.ready:
@@ -340,11 +419,10 @@ class RewardScorer:
             except (EOFError, OSError):  # the worker died while running the head request
                 index = w.in_flight.popleft()
                 code = self._abandon(w, pending)
-                outcomes[index] = self._outcome(requests[index], [],
-                                                f"verifier process died (exit code {code})")
+                outcomes[index] = ([], f"verifier process died (exit code {code})", False)
                 return
             index = w.finish_head()
-            outcomes[index] = self._outcome(requests[index], *message)
+            outcomes[index] = (*message, False)
             if not w.in_flight or not w.conn.poll():
                 return
 
@@ -377,8 +455,9 @@ class RewardScorer:
 
         if timed_out:
             self.num_timeouts += 1
-            log.warning("verifiers %s timed out after %.1f s on sample %s; worker replaced",
-                        ",".join(request.verifiers), self.timeout_s, request.sample_id)
+            log.warning("verifiers %s timed out on sample %s (a worker's limit is %.1f s; it "
+                        "was replaced)", ",".join(request.verifiers), request.sample_id,
+                        self.timeout_s)
         elif error:
             self.num_errors += 1
             log.warning("verifier error on sample %s: %s", request.sample_id, error)
@@ -386,17 +465,26 @@ class RewardScorer:
                              error=error, timed_out=timed_out,
                              per_verifier=dict(zip(request.verifiers, scores)))
 
-    def metrics_since_last(self) -> dict[str, int]:
-        """Errors and timeouts since the previous call (or construction)."""
+    def metrics_since_last(self) -> dict[str, float]:
+        """Errors, timeouts and seconds spent scoring since the previous call (or
+        construction). The seconds are part of the caller's generation time: episodes are
+        scored as they finish, within the step's rollout."""
         errors = self.num_errors - self._reported[0]
         timeouts = self.num_timeouts - self._reported[1]
         self._reported = (self.num_errors, self.num_timeouts)
-        return {"reward/verifier_errors": errors, "reward/verifier_timeouts": timeouts}
+        seconds, self._seconds = self._seconds, 0.0
+        return {"reward/verifier_errors": errors, "reward/verifier_timeouts": timeouts,
+                "time/scoring": seconds}
 
     def close(self) -> None:
-        """Kill the workers (they hold no state worth a graceful stop). Idempotent."""
+        """Kill the workers (they hold no state worth a graceful stop) and close the batched
+        stages. Idempotent."""
         self._closed = True
         self._finalizer()
+        self._batched_pool.shutdown(wait=False)
+        stages, self._batched = list(self._batched.values()), {}
+        for stage in stages:
+            stage.close()
 
     def __enter__(self) -> RewardScorer:
         return self

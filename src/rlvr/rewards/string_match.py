@@ -38,7 +38,13 @@ def _check_label(ground_truth: str) -> str:
     return label
 
 
-@register_verifier("string_matcher", ground_truth_check=_check_label)
+def normalized_answer(completion: str) -> str | None:
+    """The answer key maj@n votes with: the normalised answer, as the verifiers compare it."""
+    return normalize_answer(strip_thinking(completion)) or None
+
+
+@register_verifier("string_matcher", ground_truth_check=_check_label,
+                   answer_extractor=normalized_answer)
 def verify_string_match(completion: str, ground_truth: str) -> float:
     label = _check_label(ground_truth)
     return 1.0 if normalize_answer(strip_thinking(completion)) == label else 0.0
@@ -69,7 +75,7 @@ def token_f1(prediction: str, label: str) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
-@register_verifier("string_f1", ground_truth_check=parse_labels)
+@register_verifier("string_f1", ground_truth_check=parse_labels, answer_extractor=normalized_answer)
 def verify_string_f1(completion: str, ground_truth: str) -> float:
     labels = parse_labels(ground_truth)
     answer = strip_thinking(completion)

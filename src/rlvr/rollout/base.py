@@ -12,6 +12,7 @@ from typing import Callable, Iterable, Protocol, runtime_checkable
 
 import torch
 
+from rlvr.interrupts import EngineUnavailable  # noqa: F401  (engines raise it from here)
 from rlvr.registry import Registry
 from rlvr.types import Completion, SamplingParams
 
@@ -34,9 +35,19 @@ class EngineSettings:
     vllm_gpu_memory_utilization: float = 0.9
     vllm_enforce_eager: bool = False
     colocate: bool = False  # the engine sleeps while a learner on its device trains
-    # "cuda" | "cpu" as the driver resolved `model.device` ("auto": the engine's process
-    # decides from what it sees); not a rollout field, set by `rlvr.build.engine_settings`.
+    weight_sync_bucket_mb: int = 512
+    # Remote engine (rollout.engine=remote): inference servers over HTTP.
+    server_addresses: tuple[str, ...] = ()
+    server_max_retries: int = 2
+    server_request_timeout_s: float = 600.0
+    weight_update: str = "disk"  # disk | broadcast
+    weight_sync_host: str = ""  # this host's address as servers reach it (broadcast)
+    # Not rollout fields; set by `rlvr.build.engine_settings`. `device`: "cuda" | "cpu" as the
+    # driver resolved `model.device` ("auto": the engine's process decides from what it
+    # sees). `weight_update_dir`: where disk updates are written (<output_dir>/weight_updates).
     device: str = "auto"
+    weight_update_dir: str = ""
+    weight_update_timeout_s: float = 600.0
 
 
 class RolloutEngine(Protocol):

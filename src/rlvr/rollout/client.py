@@ -26,15 +26,20 @@ import asyncio
 import contextvars
 import itertools
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Hashable, Sequence
 
 from rlvr.rollout.base import AsyncRolloutEngine, RolloutEngine
+from rlvr.rollout.seeds import derive_seed
 from rlvr.types import Completion, SamplingParams
 
 # The episode a coroutine (and every task it starts, which copy the context) belongs to.
 current_episode: contextvars.ContextVar[int | None] = contextvars.ContextVar(
     "rlvr_episode", default=None)
+# Its prompt's position in the step's batch: an engine that schedules requests itself gets
+# each episode's own seed from it, the seed a batch engine derives from the same position.
+episode_position: contextvars.ContextVar[int | None] = contextvars.ContextVar(
+    "rlvr_episode_position", default=None)
 
 
 class BatchCallFailed(RuntimeError):
@@ -179,6 +184,9 @@ class EngineClient:
                        ) -> list[Completion]:
         if self._native:  # the engine batches; the tracker still counts the wait (for the
             episode = current_episode.get()  # scorer's coalescer, which asks who is waiting)
+            position = episode_position.get()
+            if params.seed is not None and position is not None:
+                params = replace(params, seed=derive_seed(params.seed, prompt=position))
             self.tracker.wait(episode, +1)
             try:
                 return await self.engine.agenerate(list(prompt_ids), params)  # type: ignore[attr-defined]

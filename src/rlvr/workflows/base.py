@@ -79,11 +79,17 @@ class EpisodeContext:
         return replace(p, n=1, seed=None if p.seed is None else derive_seed(p.seed, turn=turn),
                        max_tokens=p.max_tokens if max_tokens is None else max_tokens)
 
-    async def score(self, prompt: Prompt, texts: Sequence[str]) -> list[RewardOutcome]:
+    async def score(self, prompt: Prompt, texts: Sequence[str],
+                    trajectories: Sequence[Sequence[dict]] | None = None
+                    ) -> list[RewardOutcome]:
         """Each text scored by the verifiers `prompt` names (bounded in time, never raises for
-        a verifier's failure: `RewardOutcome.error`)."""
-        requests = [ScoreRequest(sample_id=f"{prompt.id}#{k}", completion=text,
-                                 ground_truth=prompt.ground_truth, verifiers=prompt.verifiers)
+        a verifier's failure: `RewardOutcome.error`). `trajectories[k]`, the messages of text
+        k's episode after the prompt (its last turn included), reaches verifiers that declare
+        `trajectory`; without it they see the text as the one assistant message."""
+        if trajectories is not None and len(trajectories) != len(texts):
+            raise ValueError(f"{len(trajectories)} trajectories for {len(texts)} texts")
+        requests = [ScoreRequest.for_prompt(prompt, k, text,
+                                            None if trajectories is None else trajectories[k])
                     for k, text in enumerate(texts)]
         return await self._scorer.submit(None, requests)
 

@@ -5,7 +5,8 @@ the feedback message (`rollout.feedback`) as a user turn and sample again, up to
 `rollout.max_turns` answers. The reward is the last answer's, discounted by
 `rollout.turn_discount` per retry, so a right first answer is worth most (AReaL's
 MultiTurnWorkflow). The model's tokens of every turn are trained on; the feedback and the chat
-template's turn markers carry loss mask 0.
+template's turn markers carry loss mask 0. Verifiers that declare `trajectory` see the
+conversation so far: every answer and the feedback between them.
 
 An answer cut off by the length limit ends the episode (a retry cannot follow a turn that never
 ended), as does running out of `rollout.max_episode_tokens`.
@@ -33,10 +34,11 @@ async def _converse(ctx: EpisodeContext, prompt: Prompt, answer: Completion) -> 
     turn = 0
     while True:
         trajectory.add_model(answer)
-        outcome = (await ctx.score(prompt, [answer.text]))[0]
+        messages.append({"role": "assistant", "content": answer.text})
+        outcome = (await ctx.score(prompt, [answer.text],
+                                   [messages[len(prompt.messages):]]))[0]
         if outcome.score >= 1.0 or turn + 1 >= s.max_turns or answer.truncated:
             break
-        messages.append({"role": "assistant", "content": answer.text})
         feedback = {"role": "user", "content": s.feedback}
         given = ctx.continuation_ids(messages, [feedback], answer)
         room = budget - len(trajectory.token_ids) - len(given)

@@ -20,11 +20,12 @@ import logging
 import threading
 from typing import Any, Callable
 
+from rlvr.data.templates import ChatTemplate
 from rlvr.producer.groups import Episodes, RewardShaping
 from rlvr.rewards.scorer import RewardScorer, ScoreRequest
-from rlvr.rollout.base import RolloutEngine
+from rlvr.rollout.base import EngineUnavailable, RolloutEngine
 from rlvr.rollout.client import (BatchCallFailed, Coalescer, EngineClient, EpisodeTracker,
-                                 current_episode)
+                                 current_episode, episode_position)
 from rlvr.types import Prompt, RewardOutcome, Sample, SamplingParams
 from rlvr.workflows.base import EpisodeContext, Trajectory, Workflow, WorkflowSettings
 from rlvr.workflows.chat import continuation_ids
@@ -33,16 +34,22 @@ log = logging.getLogger(__name__)
 
 
 class EpisodeRunner:
-    """Uses, and does not own, the engine and the scorer; `close()` stops its loop thread."""
+    """Uses, and does not own, the engine and the scorer; `close()` stops its loop thread.
+    The text between turns follows `chat_template` (`data.chat_template`; default the
+    tokenizer's own), unless a `continuation` is given."""
 
     def __init__(self, workflow: Workflow, engine: RolloutEngine, scorer: RewardScorer,
                  tokenizer: Any, settings: WorkflowSettings,
                  continuation: Callable[[list[dict], list[dict], int | None], list[int]] | None = None,
-                 episode_timeout_s: float = 600.0, max_batch_wait_s: float = 1.0):
+                 episode_timeout_s: float = 600.0, max_batch_wait_s: float = 1.0,
+                 chat_template: ChatTemplate | None = None):
         self.workflow, self.tokenizer, self.settings = workflow, tokenizer, settings
-        if continuation is None and tokenizer is not None:  # the tokenizer's chat template
+        if continuation is None and tokenizer is not None:  # the run's chat template
+            render = chat_template.render if chat_template is not None else None
+
             def continuation(messages, new_messages, last_token_id):
-                return continuation_ids(tokenizer, messages, new_messages, last_token_id)
+                return continuation_ids(tokenizer, messages, new_messages, last_token_id,
+                                        render)
         self.continuation, self.episode_timeout_s = continuation, episode_timeout_s
         self.tracker = EpisodeTracker()
         self.engine = EngineClient(engine, self.tracker, max_batch_wait_s)
@@ -70,15 +77,15 @@ class EpisodeRunner:
 
     async def _run_all(self, prompts: list[Prompt], params: SamplingParams,
                        shaping: RewardShaping) -> tuple[Episodes, dict[str, float]]:
-        tasks = [asyncio.ensure_future(self._episode(prompt, params, shaping))
-                 for prompt in prompts]  # started in prompt order: requests batch in it too
+        tasks = [asyncio.ensure_future(self._episode(i, prompt, params, shaping))
+                 for i, prompt in enumerate(prompts)]  # in prompt order: requests batch in it
         results = await asyncio.gather(*tasks, return_exceptions=True)
         groups, outcomes = [], []
         trajectories: list[Trajectory] = []
         errors = timeouts = 0
         first_error: BaseException | None = None
         for prompt, result in zip(prompts, results):
-            if isinstance(result, BatchCallFailed):
+            if isinstance(result, (BatchCallFailed, EngineUnavailable)):
                 raise result
             if isinstance(result, asyncio.TimeoutError):
                 timeouts += 1
@@ -102,10 +109,11 @@ class EpisodeRunner:
                    **_trajectory_metrics(trajectories)}
         return Episodes(groups=groups, outcomes=outcomes), metrics
 
-    async def _episode(self, prompt: Prompt, params: SamplingParams,
+    async def _episode(self, position: int, prompt: Prompt, params: SamplingParams,
                        shaping: RewardShaping) -> list[Trajectory]:
         episode = self.tracker.start()
         current_episode.set(episode)  # this task's context only
+        episode_position.set(position)
         # A context per episode: a workflow may adjust its own sampling (tool stop strings).
         ctx = EpisodeContext(self.engine, self.scorer, self.tokenizer, params, shaping,
                              self.settings, self.continuation)

@@ -7,7 +7,8 @@ answer, at `rollout.max_turns` turns, after `rollout.max_tool_calls` calls, when
 off by the length limit, or when `rollout.max_episode_tokens` runs out; the last turn is scored.
 Tool errors, timeouts and unreadable calls go back to the model as the tool's output and are
 counted (`tools/calls`, `tools/errors`, `tools/timeouts`, `tools/malformed`, summed over the
-step; `tools/turns_mean`, `tools/used_mean` averaged over trajectories).
+step; `tools/turns_mean`, `tools/used_mean` averaged over trajectories). Verifiers that declare
+`trajectory` see the whole conversation: every turn with the tool outputs between them.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ async def _converse(ctx: EpisodeContext, prompt: Prompt, turn_out: Completion) -
     turn = 0
     while True:
         trajectory.add_model(turn_out)
+        messages.append({"role": "assistant", "content": turn_out.text})
         call = None if turn_out.truncated else find_tool_call(turn_out.text)
         if call is None or turn + 1 >= s.max_turns or counts["tools/calls"] >= s.max_tool_calls:
             break
@@ -50,7 +52,6 @@ async def _converse(ctx: EpisodeContext, prompt: Prompt, turn_out: Completion) -
             counts["tools/errors"] += result.failed and not result.timed_out
             counts["tools/timeouts"] += result.timed_out
             output = result.output
-        messages.append({"role": "assistant", "content": turn_out.text})
         tool_message = {"role": "tool", "content": output}
         given = ctx.continuation_ids(messages, [tool_message], turn_out)
         room = budget - len(trajectory.token_ids) - len(given)
@@ -62,7 +63,7 @@ async def _converse(ctx: EpisodeContext, prompt: Prompt, turn_out: Completion) -
         turn_out = (await ctx.generate(list(prompt.token_ids) + trajectory.token_ids,
                                        ctx.turn_params(turn, min(ctx.params.max_tokens, room))))[0]
     last = trajectory.last
-    outcome = (await ctx.score(prompt, [last.text]))[0]
+    outcome = (await ctx.score(prompt, [last.text], [messages[len(prompt.messages):]]))[0]
     reward = ctx.shape([outcome.score], [last])[0]
     return Trajectory(trajectory.build(ctx.tokenizer), reward, outcome,
                       {**counts, "tools/turns_mean": float(turn + 1),

@@ -1,0 +1,224 @@
+"""Prompt templates: how a conversation becomes the text, and the token ids, a model is given.
+
+`data.chat_template` picks one:
+- `tokenizer` (the default): the tokenizer's own chat template, as transformers applies it;
+- a built-in name (`CHAT_TEMPLATES`): `r1_zero`, DeepSeek-R1-Zero's plain-text prompt
+  ("A conversation between User and Assistant ... User: ... Assistant:") for RL from a base
+  model, which stops at `</answer>`; `plain`, the one user message's text as is;
+- a path to a Jinja file, written like a Hugging Face chat template (it sees `messages`,
+  `add_generation_prompt`, `bos_token`, `eos_token` and `raise_exception`).
+
+A template decides everything about its format: the generation prompt (rendered when
+`add_generation_prompt` is true, so `plain` has none), whether it renders several turns (for
+multi-turn workflows), and the stop strings its format implies, which the run merges into
+`rollout.stop_strings`. Jinja templates are rendered with jinja2 in a sandbox with the settings
+transformers uses for chat templates, so a template file behaves here as it would there.
+A rendered text is tokenized the way the tokenizer starts a document: its BOS token first if it
+adds one to plain text (Llama's `<s>`; SmolLM2 adds none), unless the text already begins with
+it, then the text without further special tokens.
+
+Not here: reading rows (`readers`), checking every row renders (`prompts.tokenize_examples`),
+the text between the turns of an episode (`rlvr.workflows.chat`, given a template's `render`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import jinja2
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from rlvr.config import ConfigError
+from rlvr.registry import Registry
+
+TOKENIZER = "tokenizer"  # the data.chat_template value for the tokenizer's own template
+
+
+class ChatTemplate(Protocol):
+    """A prompt format bound to a tokenizer."""
+
+    name: str  # the data.chat_template value it came from
+    origin: str  # where its text is, for messages: "the tokenizer's", "built-in r1_zero", a path
+    stop_strings: tuple[str, ...]  # generation ends at any of them (the format's end)
+
+    def render(self, messages: list[dict], add_generation_prompt: bool) -> str: ...
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of a text this template rendered."""
+        ...
+
+
+def prompt_ids(template: ChatTemplate, messages: list[dict]) -> list[int]:
+    """What the engine is sent for `messages`: rendered with the generation prompt, encoded."""
+    return template.encode(template.render(messages, add_generation_prompt=True))
+
+
+@dataclass(frozen=True)
+class BuiltinTemplate:
+    """A registered template: its Jinja text and what its format implies."""
+
+    jinja: str
+    stop_strings: tuple[str, ...] = ()
+    turns: bool = True  # renders conversations of several turns (multi-turn workflows)
+
+
+CHAT_TEMPLATES: Registry[BuiltinTemplate] = Registry("data.chat_template")
+
+# The prompt of DeepSeek-R1-Zero (DeepSeek-AI 2025, table 1). A system message, if a row or
+# `data.system_prompt` gives one, takes the place of this opening.
+R1_ZERO_OPENING = (
+    "A conversation between User and Assistant. The user asks a question, and the Assistant "
+    "solves it. The assistant first thinks about the reasoning process in the mind and then "
+    "provides the user with the answer. The reasoning process and answer are enclosed within "
+    "<think> </think> and <answer> </answer> tags, respectively, i.e., <think> reasoning "
+    "process here </think> <answer> answer here </answer>.")
+
+CHAT_TEMPLATES.add("r1_zero", BuiltinTemplate(
+    jinja=(
+        "{%- if messages and messages[0].role == 'system' -%}"
+        "{{ messages[0].content }}{%- set turns = messages[1:] -%}"
+        "{%- else -%}" + R1_ZERO_OPENING + "{%- set turns = messages -%}{%- endif -%}"
+        # Every turn continues the line: "User: ...", "Assistant: ...", "Tool: ...".
+        "{%- for m in turns %} {{ m.role | capitalize }}: {{ m.content }}{% endfor -%}"
+        # No space after the colon: the model writes " <think>", a token of its own.
+        "{%- if add_generation_prompt %} Assistant:{% endif -%}"),
+    stop_strings=("</answer>",)))  # the format is complete at its last tag
+
+CHAT_TEMPLATES.add("plain", BuiltinTemplate(
+    jinja=(
+        "{%- if messages | length != 1 or messages[0].role != 'user' -%}"
+        "{{ raise_exception('the plain template renders exactly one user message as is (no "
+        "system prompt, no other turns); this conversation has the roles: ' "
+        "~ (messages | map(attribute='role') | join(', '))) }}"
+        "{%- endif -%}"
+        "{{ messages[0].content }}"),
+    turns=False))
+
+
+def _raise_exception(message: str) -> None:
+    raise jinja2.TemplateError(message)
+
+
+def _environment() -> ImmutableSandboxedEnvironment:
+    # The settings transformers compiles chat templates with, so a template file written for
+    # a tokenizer renders the same text here.
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=["jinja2.ext.loopcontrols"])
+    env.globals["raise_exception"] = _raise_exception
+    return env
+
+
+@dataclass(frozen=True)
+class TokenizerTemplate:
+    """The tokenizer's own chat template, rendered by transformers and encoded as
+    `apply_chat_template(tokenize=True)` encodes it (prompts get the ids they had before
+    templates were a choice)."""
+
+    tokenizer: Any
+    name: str = TOKENIZER
+    origin: str = "the tokenizer's chat template"
+    stop_strings: tuple[str, ...] = ()
+
+    def render(self, messages: list[dict], add_generation_prompt: bool) -> str:
+        return self.tokenizer.apply_chat_template(messages, tokenize=False,
+                                                  add_generation_prompt=add_generation_prompt)
+
+    def encode(self, text: str) -> list[int]:
+        # What apply_chat_template(tokenize=True) does: the template writes its own specials.
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+@dataclass(frozen=True)
+class JinjaTemplate:
+    """A built-in or file template: Jinja text rendered here, tokenized as a document."""
+
+    name: str
+    origin: str
+    template: jinja2.Template
+    tokenizer: Any
+    stop_strings: tuple[str, ...] = ()
+
+    def render(self, messages: list[dict], add_generation_prompt: bool) -> str:
+        return self.template.render(messages=messages, add_generation_prompt=add_generation_prompt,
+                                    bos_token=self.tokenizer.bos_token or "",
+                                    eos_token=self.tokenizer.eos_token or "")
+
+    def encode(self, text: str) -> list[int]:
+        bos = self.tokenizer.bos_token
+        start = [] if bos and text.startswith(bos) else document_start_ids(self.tokenizer)
+        return start + list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def document_start_ids(tokenizer: Any) -> list[int]:
+    """The BOS id if the tokenizer puts it before plain text, else nothing."""
+    bos = tokenizer.bos_token_id
+    if bos is None:
+        return []
+    return [bos] if list(tokenizer("", add_special_tokens=True)["input_ids"])[:1] == [bos] else []
+
+
+def template_stop_strings(spec: str) -> tuple[str, ...]:
+    """The stop strings a `data.chat_template` value implies (a built-in's; files and the
+    tokenizer's template imply none: set `rollout.stop_strings`)."""
+    return CHAT_TEMPLATES[spec].stop_strings if spec in CHAT_TEMPLATES else ()
+
+
+def merge_stop_strings(configured: Any, spec: str) -> tuple[str, ...]:
+    """`rollout.stop_strings` first, then the template's, each once."""
+    return tuple(dict.fromkeys([*configured, *template_stop_strings(spec)]))
+
+
+def check_template_choice(spec: str, multi_turn: bool, field: str = "data.chat_template"
+                          ) -> list[str]:
+    """Problems with a `data.chat_template` value that need no tokenizer: a name that is
+    neither `tokenizer`, a built-in nor an existing file, or a built-in that cannot render the
+    turns a multi-turn workflow (`multi_turn`) needs."""
+    if spec == TOKENIZER:
+        return []
+    if spec in CHAT_TEMPLATES:
+        if multi_turn and not CHAT_TEMPLATES[spec].turns:
+            others = sorted({TOKENIZER, *CHAT_TEMPLATES} - {spec})
+            return [f"{field}={spec!r} renders a single user message and cannot express the "
+                    f"turns of a multi-turn workflow: use one of {others} or a Jinja file"]
+        return []
+    if not Path(spec).is_file():
+        return [f"{field}={spec!r} is neither {TOKENIZER!r}, a built-in template "
+                f"{sorted(CHAT_TEMPLATES)}, nor an existing Jinja file"]
+    return []
+
+
+def load_chat_template(spec: str, tokenizer: Any, field: str = "data.chat_template"
+                       ) -> ChatTemplate:
+    """The template `spec` names, bound to `tokenizer`. ConfigError naming `field` for an
+    unknown name, a missing or unreadable file, a Jinja syntax error (file and line), or
+    `tokenizer` for a tokenizer that has no chat template."""
+    problems = check_template_choice(spec, multi_turn=False, field=field)
+    if problems:
+        raise ConfigError(problems[0])
+    if spec == TOKENIZER:
+        if getattr(tokenizer, "chat_template", None) is None:
+            raise ConfigError(
+                f"{field}={TOKENIZER!r}, but the tokenizer of "
+                f"{getattr(tokenizer, 'name_or_path', '') or 'this model'!s} has no chat template "
+                f"(a base model): choose {field}= one of {sorted(CHAT_TEMPLATES)} or a path to a "
+                "Jinja template file")
+        return TokenizerTemplate(tokenizer)
+    if spec in CHAT_TEMPLATES:
+        entry = CHAT_TEMPLATES[spec]
+        return JinjaTemplate(spec, f"built-in {spec}", _environment().from_string(entry.jinja),
+                             tokenizer, entry.stop_strings)
+    return JinjaTemplate(spec, spec, _compile_file(Path(spec), field), tokenizer)
+
+
+def _compile_file(path: Path, field: str) -> jinja2.Template:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{field}={str(path)!r}: cannot read it: {e}") from None
+    try:
+        return _environment().from_string(text)
+    except jinja2.TemplateSyntaxError as e:
+        raise ConfigError(f"{field}={str(path)!r}: {path} line {e.lineno}: Jinja syntax "
+                          f"error: {e.message}") from None

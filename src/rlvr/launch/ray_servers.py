@@ -1,0 +1,93 @@
+"""Inference servers as Ray actors (`distributed.launcher=ray`, `rollout.engine=remote`).
+
+Each server is a child process of one small actor, so Ray places it (on a node with
+`vllm_tensor_parallel_size` free GPUs, which Ray then shows it through CUDA_VISIBLE_DEVICES)
+and a killed actor takes its server with it (the parent-death signal of
+`rlvr.launch.servers`). The trainer reaches each server at its node's address.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from pathlib import Path
+from typing import Callable
+
+from rlvr.config import Config
+from rlvr.launch.servers import _die_with_parent, server_settings
+from rlvr.serving.server import ServerProcess, ServerSettings
+
+log = logging.getLogger(__name__)
+
+
+class ServerActorBody:
+    """The body of a server actor: starts the server on this node, answers its address."""
+
+    def __init__(self, settings: ServerSettings, log_path: str, startup_timeout_s: float,
+                 command: Callable[[ServerSettings], list[str]] | None = None):
+        from rlvr.distributed.ray_session import node_ip
+
+        self._node = node_ip()
+        # Bound on every interface of the node, reached at the node's address.
+        self.server = ServerProcess(replace(settings, host="0.0.0.0"), Path(log_path),
+                                    preexec_fn=_die_with_parent, command=command)
+        self.server.start(startup_timeout_s)
+
+    def address(self) -> str:
+        return f"http://{self._node}:{self.server.settings.port}"
+
+    def alive(self) -> bool:
+        return self.server.alive()
+
+    def stop(self) -> None:
+        self.server.stop()
+
+
+class RayServers:
+    """`rollout.num_servers` server actors; a context manager like `LocalServers`."""
+
+    def __init__(self, cfg: Config, model_dir: str, log_dir: Path,
+                 command: Callable[[ServerSettings], list[str]] | None = None):
+        self.cfg, self.model_dir, self.log_dir = cfg, model_dir, Path(log_dir)
+        self.command = command  # None: vLLM (`server_command`); tests pass a stand-in
+        self.actors: list = []
+        self.addresses: list[str] = []
+
+    def __enter__(self) -> "RayServers":
+        import ray
+
+        from rlvr.distributed.ray_session import cluster_gpus, ensure_ray
+
+        cfg, r = self.cfg, self.cfg.rollout
+        ensure_ray(cfg.distributed.ray_address or None, cfg.world_size + r.num_servers)
+        gpu = cfg.model.device == "cuda" or (cfg.model.device == "auto" and cluster_gpus() > 0)
+        settings = server_settings(cfg, self.model_dir, "cuda" if gpu else "cpu")
+        options = ({"num_gpus": r.vllm_tensor_parallel_size, "num_cpus": 1} if gpu
+                   else {"num_cpus": 1})
+        actor_cls = ray.remote(ServerActorBody)
+        try:
+            self.actors = [actor_cls.options(**options).remote(
+                settings, str(self.log_dir / f"server_{i}.log"), r.server_startup_timeout_s,
+                self.command)
+                for i in range(r.num_servers)]
+            self.addresses = ray.get([a.address.remote() for a in self.actors],
+                                     timeout=r.server_startup_timeout_s + 60)
+        except BaseException:
+            self.stop()
+            raise
+        log.info("inference servers on Ray: %s", ", ".join(self.addresses))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        import ray
+
+        for actor in self.actors:
+            try:
+                ray.get(actor.stop.remote(), timeout=30)
+            except Exception:  # noqa: BLE001  dead already, or stuck: kill it (and its server)
+                pass
+            ray.kill(actor)
+        self.actors = []

@@ -1,0 +1,99 @@
+"""The inference servers a run asks for (`rollout.engine=remote` with no addresses given):
+started before training, healthy before the first request, stopped on every way out.
+
+What it is: `server_settings` (a config's rollout section as `ServerSettings`, so `rlvr
+serve`, the local launcher and a Slurm step start identical servers) and `LocalServers`
+(N servers as child processes of this one).
+What it is not: the remote engine that uses them (`rlvr.rollout.remote_engine`).
+
+Every way out stops them: a normal end, an error, SIGINT/SIGTERM (the trainer turns the first
+into a clean stop, and `LocalServers.__exit__` runs), and the launcher dying outright (SIGKILL,
+a second signal): each server is started with a parent-death signal, so the kernel sends it
+SIGTERM when the process that started it ends. That signal fires when the starting *thread*
+ends, so servers are always started from the thread that owns the `LocalServers`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import signal
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from rlvr.config import Config
+from rlvr.serving.server import ServerProcess, ServerSettings, ServerStartError
+
+log = logging.getLogger(__name__)
+
+
+def server_settings(cfg: Config, model_dir: str, device: str, host: str = "127.0.0.1",
+                    port: int = 0) -> ServerSettings:
+    """The server a run's engine expects: the rollout section's vLLM settings, the run's seed."""
+    r = cfg.rollout
+    return ServerSettings(
+        model=model_dir, host=host, port=port, dtype=r.dtype, max_model_len=r.vllm_max_model_len,
+        block_size=r.vllm_block_size, kv_cache_gb=r.vllm_kv_cache_gb,
+        gpu_memory_utilization=r.vllm_gpu_memory_utilization,
+        tensor_parallel_size=r.vllm_tensor_parallel_size,
+        enforce_eager=r.vllm_enforce_eager or device != "cuda",
+        enable_prefix_caching=r.vllm_enable_prefix_caching, seed=cfg.experiment.seed,
+        device=device, cpu_threads_bind=r.vllm_cpu_threads_bind)
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGTERM when the parent (thread) that started it ends."""
+    PR_SET_PDEATHSIG = 1
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except OSError:  # not Linux: the context manager's stop is the only guard
+        pass
+
+
+class LocalServers:
+    """`count` servers on this host, on consecutive ports from `first_port` (0: free ports),
+    logs in `log_dir/server_<i>.log`. A context manager: entered, every server is healthy;
+    left, every server is stopped."""
+
+    def __init__(self, settings: ServerSettings, count: int, log_dir: Path,
+                 first_port: int = 0, startup_timeout_s: float = 600.0,
+                 visible_devices: list[str] | None = None):
+        self.processes = [
+            ServerProcess(replace(settings, port=first_port + i if first_port else 0,
+                                  visible_devices=(visible_devices or [""] * count)[i]),
+                          log_path=Path(log_dir) / f"server_{i}.log", preexec_fn=_die_with_parent)
+            for i in range(count)]
+        self.startup_timeout_s = startup_timeout_s
+
+    @property
+    def addresses(self) -> list[str]:
+        return [p.address for p in self.processes]
+
+    def __enter__(self) -> "LocalServers":
+        start = time.perf_counter()
+        try:
+            for p in self.processes:  # all at once: they start concurrently
+                p.launch()
+            for p in self.processes:
+                p.wait_healthy(self.startup_timeout_s - (time.perf_counter() - start))
+        except BaseException:
+            self.stop()
+            raise
+        log.info("%d inference servers healthy after %.0f s: %s", len(self.processes),
+                 time.perf_counter() - start, ", ".join(self.addresses))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        for p in self.processes:
+            p.stop()
+
+    def dead(self) -> list[str]:
+        """Addresses of servers whose process has exited."""
+        return [p.address for p in self.processes if not p.alive()]
+
+
+__all__ = ["LocalServers", "ServerStartError", "server_settings"]

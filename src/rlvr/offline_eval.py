@@ -1,0 +1,158 @@
+"""`rlvr eval MODEL_OR_CHECKPOINT CONFIG...`: score a model outside training, the way training
+scores it, so the base model and every checkpoint of a run are measured alike.
+
+What it is: from a config (its `model.name_or_path` replaced by the model given: a built-in name,
+a Hugging Face directory, or a run's `checkpoints/step_*` / `final`), build only what evaluation
+needs (prompts and tokenizer through `rlvr.build.build_data`, one engine in this process per
+`rollout.engine`, the verifier scorer), run the same `rlvr.producer.evaluation.Evaluator` as the
+training loop, print a table per eval set and write `eval_results.json` atomically.
+What it is not: no learner, optimizer, reference model or Ray actors are built (a config's
+engine actors become one engine here), and nothing of a run's output directory is touched
+besides the results file.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+
+from rlvr.build import (build_data, check_registered_names, engine_settings, eval_settings,
+                        plan_devices, scorer_settings, seed_everything)
+from rlvr.checkpoint import write_text_atomic
+from rlvr.config import Config, warnings_for
+from rlvr.producer.evaluation import EvalResult, Evaluator
+from rlvr.rewards.scorer import RewardScorer
+from rlvr.rollout import RolloutEngine, create_engine
+
+log = logging.getLogger(__name__)
+
+RESULTS_FILE = "eval_results.json"
+
+
+@dataclass
+class EvalParts:
+    """What an evaluation outside training touches, built by `build_eval`."""
+
+    evaluator: Evaluator
+    engine: RolloutEngine
+    scorer: RewardScorer
+
+    def close(self) -> None:
+        self.engine.close()
+        self.scorer.close()
+
+
+def build_eval(cfg: Config) -> EvalParts:
+    """Data (bad rows fail first), then one engine in this process, then the scorer."""
+    check_registered_names(cfg)
+    seed_everything(cfg.experiment.seed)
+    for warning in warnings_for(cfg):
+        log.warning(warning)
+    if cfg.model.num_threads > 0:
+        torch.set_num_threads(cfg.model.num_threads)
+    model_dir, tokenizer, data = build_data(cfg)
+    if cfg.rollout.vllm_num_engines > 0:
+        log.info("rlvr eval runs one %s engine in this process (rollout.vllm_num_engines=%d "
+                 "applies to training)", cfg.rollout.engine, cfg.rollout.vllm_num_engines)
+    devices = plan_devices(cfg, None)
+    # No learner shares the device: a colocated engine has no reason to sleep.
+    settings = replace(engine_settings(cfg, devices.type), colocate=False)
+    engine = create_engine(cfg.rollout.engine, model_dir, settings,
+                           generation_eos_ids(model_dir, tokenizer), tokenizer.pad_token_id)
+    return EvalParts(evaluator=Evaluator(data.eval_sets, eval_settings(cfg)), engine=engine,
+                     scorer=RewardScorer.from_settings(scorer_settings(cfg)))
+
+
+def generation_eos_ids(model_dir: str, tokenizer) -> tuple[int, ...]:
+    """The ids that end an answer: the tokenizer's EOS and the model's generation config's
+    (read from the directory, as the model's own `generation_config` would be, without
+    loading the weights)."""
+    from transformers import AutoConfig, GenerationConfig
+
+    try:
+        eos = GenerationConfig.from_pretrained(model_dir).eos_token_id
+    except OSError:  # no generation_config.json: transformers derives it from config.json
+        eos = getattr(AutoConfig.from_pretrained(model_dir), "eos_token_id", None)
+    ids = set() if eos is None else set(eos) if isinstance(eos, (list, tuple)) else {eos}
+    return tuple(sorted({tokenizer.eos_token_id} | ids))
+
+
+def evaluate_model(cfg: Config) -> tuple[EvalResult, float]:
+    """Build, evaluate once, close; the result and the seconds the evaluation took."""
+    parts = build_eval(cfg)
+    try:
+        start = time.perf_counter()
+        result = parts.evaluator.run(parts.engine, parts.scorer)
+        return result, time.perf_counter() - start
+    finally:
+        parts.close()
+
+
+def default_output(model: str, cfg: Config) -> Path:
+    """Into the model's directory (a checkpoint keeps its own results), else the run's output
+    directory (a built-in name or a hub id has no directory of the user's)."""
+    base = Path(model) if Path(model).is_dir() else Path(cfg.experiment.output_dir)
+    return base / RESULTS_FILE
+
+
+def results_record(model: str, cfg: Config, result: EvalResult, seconds: float) -> dict:
+    """What `eval_results.json` holds: the model, its training step when it is a checkpoint,
+    the eval settings, every metric, and each set's figures by short name."""
+    info = Path(model) / "rlvr_checkpoint.json"
+    step = json.loads(info.read_text()).get("step") if info.is_file() else None
+    ev = cfg.eval
+    return {
+        "model": model,
+        "step": step,
+        "eval": {"num_samples": ev.num_samples, "pass_at_k": list(ev.pass_at_k),
+                 "temperature": ev.temperature, "top_p": ev.top_p,
+                 "response_length": cfg.eval_response_length, "max_prompts": ev.max_prompts,
+                 "seed": cfg.experiment.seed},
+        "metrics": result.metrics,
+        "sets": {s.name: {"num_prompts": s.num_prompts, **_short(s.name, s.metrics)}
+                 for s in result.sets},
+        "seconds": seconds,
+    }
+
+
+def _short(name: str, metrics: dict[str, float]) -> dict[str, float]:
+    prefix = f"eval/{name}/"
+    return {k[len(prefix):]: v for k, v in metrics.items() if k.startswith(prefix)}
+
+
+def write_results(path: Path, record: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(path, json.dumps(record, indent=2) + "\n")
+
+
+def print_table(record: dict, console=None) -> None:
+    """One row per eval set: prompts, pass@k, maj@n, mean reward, stop rate, mean length."""
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    # A pipe or file has no width to respect (rich would assume 80 columns and cut titles).
+    console = console or Console(width=None if sys.stdout.isatty() else 200)
+    columns: list[str] = []
+    for figures in record["sets"].values():
+        columns += [c for c in figures if c not in columns and c != "num_prompts"]
+    ev = record["eval"]
+    table = Table(title=f"{record['model']}: {ev['num_samples']} sample(s) per prompt, "
+                        f"temperature {ev['temperature']}", box=box.SIMPLE_HEAD,
+                  pad_edge=False)
+    table.add_column("set", no_wrap=True)
+    for title in ["prompts", *columns]:
+        table.add_column(_COLUMN_TITLES.get(title, title), justify="right", no_wrap=True)
+    for name, figures in record["sets"].items():
+        table.add_row(name, str(figures["num_prompts"]),
+                      *[f"{figures[c]:.3f}" if c in figures else "-" for c in columns])
+    console.print(table)
+
+
+_COLUMN_TITLES = {"mean_reward": "reward", "stop_rate": "stopped", "sequence_lengths": "tokens"}

@@ -1,0 +1,81 @@
+"""Drawing the report's figures with matplotlib, as PNG bytes to embed in the page.
+
+Figures are built with `matplotlib.figure.Figure` directly (its Agg canvas), never through
+pyplot: no global figure state, no display needed, safe to call repeatedly. Each run's curves
+keep a line style of their own and each metric a colour of its own, so two runs compared on
+one axis stay tellable apart.
+
+Not here: which metrics go where (`panels`), the page (`page`).
+"""
+
+from __future__ import annotations
+
+import io
+
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
+
+from rlvr.report.panels import Panel, panel_metrics
+
+LINE_STYLES = ("-", "--", ":", "-.")
+DPI = 90
+
+
+def panel_figure(panel: Panel, runs: list[tuple[str, pd.DataFrame]]) -> Figure | None:
+    """The panel against step (left) and wall time (right) for every run (name, metrics
+    frame with `wall_time`); None when no run logged any of its metrics."""
+    series = [(name, frame, panel_metrics(panel, frame)) for name, frame in runs]
+    if not any(metrics for _, _, metrics in series):
+        return None
+    fig = Figure(figsize=(7.6, 3.2), dpi=DPI, layout="constrained")
+    by_step, by_time = fig.subplots(1, 2)
+    colours: dict[str, str] = {}
+    for run_index, (name, frame, metrics) in enumerate(series):
+        style = LINE_STYLES[run_index % len(LINE_STYLES)]
+        for metric in metrics:
+            colour = colours.setdefault(metric, f"C{len(colours) % 10}")
+            rows = frame.dropna(subset=[metric])
+            label = metric if len(runs) == 1 else f"{name}: {metric}"
+            # Markers show where the points are: an eval every few steps, or a short run.
+            marker = "o" if len(rows) <= 40 else None
+            for axis, x in ((by_step, "training_step"), (by_time, "wall_time")):
+                scale = 60.0 if x == "wall_time" else 1.0
+                axis.plot(rows[x] / scale, rows[metric], style, color=colour, marker=marker,
+                          markersize=3, label=label if axis is by_step else None)
+    by_step.set_xlabel("training step")
+    by_step.xaxis.set_major_locator(MaxNLocator(integer=True))
+    by_time.set_xlabel("wall time (minutes)")
+    for axis in (by_step, by_time):
+        axis.set_ylabel(panel.ylabel)
+        axis.grid(alpha=0.3)
+    fig.suptitle(panel.title, x=0.01, ha="left", fontsize=11, fontweight="bold")
+    fig.legend(loc="outside lower center", ncols=2, fontsize=8, frameon=False)
+    return fig
+
+
+def time_breakdown_figure(name: str, breakdown: pd.DataFrame) -> Figure | None:
+    """Stacked bars, one per step, of the seconds each part took (`panels.time_breakdown`)."""
+    if breakdown.empty:
+        return None
+    fig = Figure(figsize=(11, 3.2), dpi=DPI, layout="constrained")
+    axis = fig.subplots()
+    bottom = pd.Series(0.0, index=breakdown.index)
+    for i, part in enumerate(breakdown.columns):
+        axis.bar(breakdown.index, breakdown[part], width=0.8, bottom=bottom, label=part,
+                 color=f"C{i % 10}")
+        bottom = bottom + breakdown[part]
+    axis.set_xlabel("training step")
+    axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+    axis.set_ylabel("seconds")
+    axis.set_title(f"Where each step's time went: {name}", loc="left", fontsize=11,
+                   fontweight="bold")
+    axis.grid(alpha=0.3, axis="y")
+    fig.legend(loc="outside right upper", fontsize=8, frameon=False)
+    return fig
+
+
+def figure_png(fig: Figure) -> bytes:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    return buffer.getvalue()

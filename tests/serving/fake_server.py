@@ -1,0 +1,160 @@
+"""A stand-in for vLLM's HTTP server: the routes rlvr uses, answered at once, with faults on
+demand. Tests of pools, retries, dropped servers, weight-update order and launcher lifecycles
+run against it in milliseconds instead of a real server's minute of start-up.
+
+Generation is deterministic: a request's tokens are drawn from its seed (or the prompt), so
+tests can check which seed a request carried. In process (`FakeServer(...).start()`) or as a
+process of its own (`python tests/serving/fake_server.py --port P`, what a launcher test
+starts in place of vLLM).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qs, urlparse
+
+
+class FakeServer:
+    def __init__(self, port: int = 0, vocab: int = 250, tokens: int = 4, host: str = "127.0.0.1"):
+        self.vocab, self.tokens = vocab, tokens
+        self.version = "default"
+        self.calls: list[tuple[str, dict]] = []  # (path, body) of every POST, in order
+        self.generate_seeds: list[int | None] = []
+        self.fail_generate = 0  # answer this many generate requests with 500
+        self.fail_reload = False
+        self.delay_s = 0.0  # per generate request
+        self.die_after: int | None = None  # stop answering after this many generate requests
+        self.paused = False
+        self.reloaded: list[str] = []  # directories reloaded from (their files checked)
+        self.reloaded_names: list[list[str]] = []
+        self._lock = threading.Lock()
+        self.httpd = ThreadingHTTPServer((host, port), self._handler())
+        self.httpd.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    @property
+    def address(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def start(self) -> "FakeServer":
+        self._thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,),
+                                        daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Dies: stops answering (connections are refused from now on)."""
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def posted(self, path: str) -> list[dict]:
+        return [body for p, body in self.calls if p == path]
+
+    # ---- routes -----------------------------------------------------------------------------
+
+    def generate(self, body: dict) -> tuple[int, dict]:
+        sp = body["sampling_params"]
+        with self._lock:
+            self.generate_seeds.append(sp.get("seed"))
+            if self.die_after is not None and len(self.generate_seeds) > self.die_after:
+                threading.Thread(target=self.stop, daemon=True).start()
+                return 500, {"error": "dying"}
+            if self.fail_generate > 0:
+                self.fail_generate -= 1
+                return 500, {"error": "injected failure"}
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        rng = random.Random(sp.get("seed", sum(body["token_ids"])))
+        n_tokens = min(self.tokens, sp["max_tokens"])
+        choices = []
+        for k in range(sp["n"]):
+            ids = [rng.randrange(3, self.vocab) for _ in range(n_tokens)]
+            choices.append({
+                "index": k, "token_ids": ids, "text": " ".join(map(str, ids)),
+                "finish_reason": "length" if n_tokens == sp["max_tokens"] else "stop",
+                "weight_versions": [{"version": self.version, "start": 0, "end": n_tokens}],
+                "logprobs": {"content": [{"token": str(t), "logprob": -1.0} for t in ids]}})
+        return 200, {"choices": choices}
+
+    def collective_rpc(self, body: dict) -> tuple[int, dict]:
+        if body["method"] != "reload_weights":
+            return 400, {"error": f"unknown method {body['method']}"}
+        path = Path(body["kwargs"]["weights_path"])
+        files = sorted(path.glob("*.safetensors"))
+        if self.fail_reload or not files:
+            return 500, {"error": f"cannot reload from {path}"}
+        from safetensors import safe_open
+
+        with safe_open(str(files[0]), "pt") as f:
+            self.reloaded_names.append(sorted(f.keys()))
+        self.reloaded.append(str(path))
+        return 200, {"results": [None]}
+
+    def _handler(self):
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):  # quiet
+                pass
+
+            def _answer(self, status: int, payload: dict | None = None) -> None:
+                data = json.dumps(payload or {}).encode()
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):
+                path = urlparse(self.path).path
+                if path == "/health":
+                    return self._answer(200)
+                if path == "/weight_info":
+                    return self._answer(200, {"weight_version": server.version})
+                return self._answer(404)
+
+            def do_POST(self):
+                url = urlparse(self.path)
+                length = int(self.headers.get("content-length") or 0)
+                body = json.loads(self.rfile.read(length) or b"{}")
+                server.calls.append((url.path, {**body, **{k: v[0] for k, v in
+                                                           parse_qs(url.query).items()}}))
+                if url.path == "/inference/v1/generate":
+                    return self._answer(*server.generate(body))
+                if url.path == "/pause":
+                    server.paused = True
+                    return self._answer(200, {"status": "paused"})
+                if url.path == "/resume":
+                    server.paused = False
+                    return self._answer(200, {"status": "resumed"})
+                if url.path == "/update_weight_version":
+                    server.version = body["new_version"]
+                    return self._answer(200, {"success": True})
+                if url.path == "/reset_prefix_cache":
+                    return self._answer(200, {"success": True})
+                if url.path == "/collective_rpc":
+                    return self._answer(*server.collective_rpc(body))
+                return self._answer(404)
+
+        return Handler
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--vocab", type=int, default=250)
+    parser.add_argument("--host", default="127.0.0.1")
+    args = parser.parse_args()
+    server = FakeServer(args.port, args.vocab, host=args.host)
+    print(f"fake server at {server.address}", flush=True)
+    server.httpd.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

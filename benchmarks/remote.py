@@ -3,6 +3,11 @@ held-out accuracy, for in-process vLLM, one server and two servers, weights by d
 broadcast. One invocation runs every variant in turn (never side by side), same seed.
 
     python benchmarks/remote.py [--steps 20] [--seed 1] [--variants in_process disk_1 ...]
+    python benchmarks/remote.py --variants in_process split_cores_async in_process_async
+
+The last form is the overlap experiment: a server bound to one core generating step t+1 while
+the learner trains step t on the other (`rollout.async_steps=1`), against synchronous
+in-process generation and the same overlap inside one process.
 
 Each variant is a separate `rlvr train configs/quickstart.yaml rollout.engine=...` process.
 The local launcher starts the servers for the remote variants and stops them after; their
@@ -33,7 +38,14 @@ VARIANTS = {
                     "rollout.weight_update=broadcast"],
     "broadcast_2": ["rollout.engine=remote", "rollout.num_servers=2",
                     "rollout.weight_update=broadcast"],
+    # Overlap on 2 cores (issue 19): one server bound to core 1, the learner on one thread,
+    # generation of step t+1 while step t trains; against the same overlap in one process.
+    "split_cores_async": ["rollout.engine=remote", "rollout.num_servers=1",
+                          "rollout.vllm_cpu_threads_bind=1", "model.num_threads=1",
+                          "rollout.async_steps=1"],
+    "in_process_async": ["rollout.engine=vllm", "rollout.async_steps=1"],
 }
+DEFAULT = ["in_process", "disk_1", "disk_2", "broadcast_1", "broadcast_2"]
 
 
 def cpu_name() -> str:
@@ -73,7 +85,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument("--variants", nargs="+", default=DEFAULT, choices=list(VARIANTS))
     args = parser.parse_args()
     results = {}
     with tempfile.TemporaryDirectory() as tmp:

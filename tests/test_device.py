@@ -14,7 +14,7 @@ import torch
 import rlvr.device
 from rlvr.algorithm.losses import LossParams, compute_policy_loss
 from rlvr.build import plan_devices
-from rlvr.config import ConfigError, load_config
+from rlvr.config import load_config
 from rlvr.device import DeviceUnavailable, memory_metrics, resolve_device
 from rlvr.learner import Learner, LearnerSettings
 from rlvr.producer.training_batch import BatchSettings, build_training_batch

@@ -55,7 +55,8 @@ def test_smollm2_trains_one_step(tmp_path):
         "rollout.num_unique_prompts_rollout=2", "rollout.num_samples_per_prompt_rollout=4",
         "rollout.response_length=16", "algorithm.filter_zero_std_samples=false",
         "data.eval_holdout=4", "eval.local_eval_every=1", "logging.progress_bar=false",
-        "checkpoint.save_final=false"])
+        # an in-process vLLM would rebind this pytest process's threads for the tests after
+        "rollout.engine=transformers", "checkpoint.save_final=false"])
     run = train(cfg)
     last = run.history[-1]
     assert last["training_step"] == 1 and "eval/scores" in last and "loss/policy_avg" in last

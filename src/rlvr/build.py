@@ -1,7 +1,7 @@
 """From a config to the parts of a run: data, tokenizer, learner, engine, verifiers, episode
 source, metric sinks, and the saved state to resume from. `build_run` does it in an order that
 fails fast: names are checked against the registries and data rows are validated before any
-model loads. Each part gets only its own settings record.
+model loads. Each part gets only its own settings record (`rlvr.settings`).
 
 Not here: what happens each step (`rlvr.trainer`).
 """
@@ -12,7 +12,7 @@ import logging
 import os
 import random
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
@@ -23,27 +23,26 @@ from rlvr.checkpoint import write_text_atomic
 from rlvr.checkpoint.state import TrainingState, load_latest_state
 from rlvr.config import Config, ConfigError, to_dict, to_yaml, warnings_for
 from rlvr.data import DataBundle, LoadedData, load_datasets, tokenize_datasets
-from rlvr.data.templates import check_template_choice, load_chat_template, merge_stop_strings
+from rlvr.data.templates import check_template_choice, load_chat_template
 from rlvr.device import DeviceUnavailable, cpu_has_native_bf16, resolve_device
 from rlvr.distributed.data_prep import DataPrepActor
 from rlvr.distributed.engine_group import EngineGroup
 from rlvr.distributed.trainer_learner import GroupLearner
-from rlvr.learner import Learner, LearnerProtocol, LearnerSettings
-from rlvr.learner.lora import LoraSettings, LoraTargetError, wrap_lora
+from rlvr.learner import Learner, LearnerProtocol
+from rlvr.learner.lora import LoraTargetError, wrap_lora
 from rlvr.learner.forward import (check_attention_backward, check_attention_window,
                                   check_logit_path, check_packed_attention)
 from rlvr.metrics import JsonlSink, MetricsLogger, ModelShape, build_sinks
 from rlvr.metrics.traces import TraceWriter
 from rlvr.models import load_causal_lm, load_tokenizer, resolve_model_dir
-from rlvr.producer.evaluation import EvalSettings, Evaluator
-from rlvr.producer.groups import RewardShaping
-from rlvr.producer.prompt_selection import ActiveSampling
-from rlvr.producer.source import EpisodeSource, SourceSettings
-from rlvr.rewards.judge import JudgeSettings
-from rlvr.rewards.scorer import RewardScorer, ScorerSettings
-from rlvr.rollout import EngineSettings, RolloutEngine, create_engine
-from rlvr.types import SamplingParams
-from rlvr.workflows import WorkflowSettings, get_workflow, is_known_workflow
+from rlvr.producer.evaluation import Evaluator
+from rlvr.producer.source import EpisodeSource
+from rlvr.rewards.scorer import RewardScorer
+from rlvr.rollout import RolloutEngine, create_engine
+from rlvr.rollout.base import resolve_engine_name
+from rlvr.settings import (actor_threads, engine_settings, eval_settings, learner_settings,
+                           lora_settings, scorer_settings, source_settings)
+from rlvr.workflows import get_workflow, is_known_workflow
 from rlvr.workflows.chat import check_turns
 
 log = logging.getLogger(__name__)
@@ -119,7 +118,7 @@ def check_registered_names(cfg: Config) -> None:
                ("algorithm.advantage_normalization_type", a.advantage_normalization_type,
                 ADVANTAGE_NORMALIZATIONS),
                ("optimizer.lr_scheduler_type", cfg.optimizer.lr_scheduler_type, SCHEDULES),
-               ("rollout.engine", cfg.rollout.engine, ENGINES),
+               ("rollout.engine", cfg.rollout.engine, {*ENGINES, "auto"}),
                ("rewards.reward_aggregator", cfg.rewards.reward_aggregator, AGGREGATORS)]
     errors = [f"{field}={value!r} is not one of {sorted(known)}"
               for field, value, known in choices if value not in known]
@@ -295,34 +294,6 @@ def plan_devices(cfg: Config, cluster_gpus: float | None) -> DevicePlan:
                       gpus_per_learner=1, gpus_per_engine=r.vllm_tensor_parallel_size)
 
 
-def learner_settings(cfg: Config, bf16: bool = False) -> LearnerSettings:
-    opt = cfg.optimizer
-    return LearnerSettings(
-        learning_rate=opt.learning_rate, lr_scheduler_type=opt.lr_scheduler_type,
-        warm_up_steps=opt.warm_up_steps,
-        total_optimizer_steps=cfg.num_training_steps * cfg.algorithm.num_epochs,
-        weight_decay=opt.weight_decay, max_grad_norm=opt.max_grad_norm,
-        betas=(opt.adam_beta1, opt.adam_beta2), eps=opt.adam_eps,
-        bf16_autocast=bf16,
-        gradient_checkpointing=cfg.model.gradient_checkpointing,
-        max_tokens_per_micro_batch=cfg.algorithm.max_tokens_per_micro_batch)
-
-
-def lora_settings(cfg: Config) -> LoraSettings | None:
-    """`model.lora` for the learner, or None when it is off (rank 0). The base model is
-    recorded as a built-in name or an absolute directory, so a checkpoint finds it from
-    anywhere (`rlvr merge`)."""
-    lora = cfg.model.lora
-    if lora.rank == 0:
-        return None
-    name = cfg.model.name_or_path
-    base = str(Path(name).resolve()) if Path(name).exists() else name
-    return LoraSettings(rank=lora.rank, alpha=lora.alpha, dropout=lora.dropout,
-                        target_modules=(tuple(lora.target_modules)
-                                        if lora.target_modules is not None else None),
-                        base_model=base, init_seed=cfg.experiment.seed)
-
-
 def build_learner(cfg: Config, model_dir: str, policy: torch.nn.Module,
                   devices: DevicePlan) -> LearnerProtocol:
     """The policy trained here (local launcher, moved to the run's device), or by Ray actors
@@ -359,29 +330,6 @@ def build_learner(cfg: Config, model_dir: str, policy: torch.nn.Module,
     return GroupLearner(group, policy)
 
 
-def actor_threads(cfg: Config) -> int:
-    """Torch threads per learner or engine actor: `model.num_threads`, else the node's cores
-    shared among its learners. Ray would leave one (it sets OMP_NUM_THREADS to the actor's
-    CPU count), which made a lone learner actor 3.5x slower here than the same learner
-    in process."""
-    if cfg.model.num_threads > 0:
-        return cfg.model.num_threads
-    return max(1, (os.cpu_count() or 1) // max(cfg.distributed.num_learners_per_node))
-
-
-def engine_settings(cfg: Config, device: str = "auto") -> EngineSettings:
-    """The rollout section's fields an engine reads (same names), for engines here or in
-    actors, and the run's device type; nothing the trainer alone uses travels with them."""
-    r = cfg.rollout
-    derived = {"device": device,
-               "weight_update_dir": str(Path(cfg.experiment.output_dir) / "weight_updates"),
-               "weight_update_timeout_s": cfg.distributed.collective_timeout_s}
-    same_names = {f.name: getattr(r, f.name) for f in fields(EngineSettings)
-                  if f.name not in derived}
-    same_names["server_addresses"] = tuple(same_names["server_addresses"])
-    return EngineSettings(**derived, **same_names)
-
-
 def build_engine(cfg: Config, model_dir: str, eos_ids: tuple[int, ...],
                  pad_id: int, devices: DevicePlan) -> RolloutEngine:
     """The engine in this process, or `rollout.vllm_num_engines` engine actors behind the same
@@ -389,7 +337,9 @@ def build_engine(cfg: Config, model_dir: str, eos_ids: tuple[int, ...],
     r, settings = cfg.rollout, engine_settings(cfg, devices.type)
     if r.vllm_num_engines == 0:
         return create_engine(r.engine, model_dir, settings, eos_ids, pad_id)
-    return EngineGroup(r.vllm_num_engines, r.engine, str(model_dir), settings, eos_ids, pad_id,
+    # Resolved here: the actors' tensor-parallel ranks depend on which engine it is.
+    return EngineGroup(r.vllm_num_engines, resolve_engine_name(r.engine), str(model_dir),
+                       settings, eos_ids, pad_id,
                        num_threads=actor_threads(cfg),
                        cpus_per_engine=float(r.vllm_tensor_parallel_size),
                        timeout_s=cfg.distributed.collective_timeout_s,
@@ -405,38 +355,6 @@ def _generation_eos_ids(model: torch.nn.Module) -> set[int]:
     return set(eos) if isinstance(eos, (list, tuple)) else {eos}
 
 
-def source_settings(cfg: Config) -> SourceSettings:
-    r, a = cfg.rollout, cfg.algorithm
-    return SourceSettings(
-        prompts_per_step=r.num_unique_prompts_rollout,
-        sampling=SamplingParams(n=r.num_samples_per_prompt_rollout, temperature=r.temperature,
-                                top_p=r.top_p, max_tokens=r.response_length,
-                                stop_strings=sampling_stop_strings(cfg), seed=cfg.experiment.seed),
-        shaping=reward_shaping(cfg),
-        active=ActiveSampling(a.active_sampling, a.active_sampling_max_rounds),
-        retire_pass_rate=a.no_resampling_pass_rate,
-        workflow=r.workflow, workflow_settings=workflow_settings(cfg),
-        episode_timeout_s=r.episode_timeout_s,
-        tokenizer_dir=resolve_model_dir(cfg.model.name_or_path),
-        chat_template=cfg.data.chat_template)
-
-
-def sampling_stop_strings(cfg: Config) -> tuple[str, ...]:
-    """Where training and eval samples stop: `rollout.stop_strings`, then those the chat
-    template's format implies (r1_zero's `</answer>`)."""
-    return merge_stop_strings(cfg.rollout.stop_strings, cfg.data.chat_template)
-
-
-def workflow_settings(cfg: Config) -> WorkflowSettings:
-    r = cfg.rollout
-    return WorkflowSettings(max_turns=r.max_turns, turn_discount=r.turn_discount,
-                            feedback=r.feedback, max_tool_calls=r.max_tool_calls,
-                            tool_timeout_s=r.tool_timeout_s,
-                            tool_output_chars=r.tool_output_chars,
-                            max_episode_tokens=cfg.episode_tokens,
-                            args=dict(r.workflow_args))
-
-
 def build_source(cfg: Config, data: DataBundle, engine: RolloutEngine, scorer: RewardScorer,
                  tokenizer: object = None) -> EpisodeSource | DataPrepActor:
     """Prompts -> engine -> scored groups: here, or in the data-preparation actor."""
@@ -444,43 +362,3 @@ def build_source(cfg: Config, data: DataBundle, engine: RolloutEngine, scorer: R
         return EpisodeSource(data.train, engine, scorer, source_settings(cfg), tokenizer)
     return DataPrepActor(data.train, engine, source_settings(cfg), scorer_settings(cfg),
                          timeout_s=cfg.distributed.collective_timeout_s)
-
-
-def scorer_settings(cfg: Config) -> ScorerSettings:
-    rw = cfg.rewards
-    return ScorerSettings(num_workers=rw.num_workers, timeout_s=rw.timeout_s,
-                          aggregator=rw.reward_aggregator, judge=judge_settings(cfg))
-
-
-def judge_settings(cfg: Config) -> JudgeSettings | None:
-    """`rewards.judge` as the judge reads it (same field names; a null rubric or score regex
-    keeps the judge's default), on the run's `model.device`."""
-    j = cfg.rewards.judge
-    if j is None:
-        return None
-    given = {f.name: getattr(j, f.name) for f in fields(j) if getattr(j, f.name) is not None}
-    return JudgeSettings(**given, device=cfg.model.device)
-
-
-def eval_settings(cfg: Config) -> EvalSettings:
-    """`eval.*` as the evaluator reads it; stop strings are training's (the same answers)."""
-    ev = cfg.eval
-    return EvalSettings(
-        sampling=SamplingParams(n=ev.num_samples, temperature=ev.temperature, top_p=ev.top_p,
-                                max_tokens=cfg.eval_response_length,
-                                stop_strings=sampling_stop_strings(cfg),
-                                seed=cfg.experiment.seed),
-        pass_at_k=tuple(ev.pass_at_k), max_prompts=ev.max_prompts)
-
-
-def reward_shaping(cfg: Config) -> RewardShaping:
-    a, rw = cfg.algorithm, cfg.rewards
-    return RewardShaping(
-        non_stop_penalty=a.non_stop_penalty, non_stop_penalty_value=a.non_stop_penalty_value,
-        overlong_buffer=a.overlong_buffer, overlong_penalty_factor=a.overlong_penalty_factor,
-        max_tokens=cfg.rollout.response_length,
-        format_reward=rw.apply_r1_style_format_reward,
-        format_reward_value=rw.r1_style_format_reward,
-        additive_format_reward=rw.additive_format_reward)
-
-

@@ -1,8 +1,8 @@
 """`rlvr train|launch|serve|eval|config|generate|report|merge`: the command line.
 
-`prepare` writes the built-in models into the local cache. `train` and `config` take a YAML file plus `key.sub=value` overrides (OmegaConf dotlist syntax,
-checked against the typed config); a bad config exits with status 2 and names the field before
-any model is loaded.
+`prepare` writes the built-in models into the local cache. `train` and `config` take a YAML
+file plus `key.sub=value` overrides (OmegaConf dotlist syntax, checked against the typed
+config); a bad config exits with status 2 and names the field before any model is loaded.
 """
 
 from __future__ import annotations
@@ -110,7 +110,8 @@ def _cmd_config(args: argparse.Namespace) -> int:
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
-    """Score a model or checkpoint with the config's eval sets and settings (`rlvr.offline_eval`)."""
+    """Score a model or checkpoint with the config's eval sets and settings
+    (`rlvr.offline_eval`)."""
     yamls, overrides = _split_args(args.items)
     if not yamls:
         raise ConfigError("rlvr eval needs a config file after the model (the eval sets and "

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import torch
 
-from rlvr.build import (build_data, check_registered_names, engine_settings, eval_settings,
-                        plan_devices, scorer_settings, seed_everything)
+from rlvr.build import build_data, check_registered_names, plan_devices, seed_everything
+from rlvr.settings import engine_settings, eval_settings, scorer_settings
 from rlvr.checkpoint import write_text_atomic
 from rlvr.config import Config, warnings_for
 from rlvr.producer.evaluation import EvalResult, Evaluator

@@ -5,7 +5,8 @@ import json
 
 import pytest
 
-from rlvr.build import check_registered_names, source_settings
+from rlvr.build import check_registered_names
+from rlvr.settings import source_settings
 from rlvr.cli import main
 from rlvr.config import ConfigError, DataConfig, DataSourceConfig, load_config
 from rlvr.data import build_datasets

@@ -163,7 +163,7 @@ def test_the_trainers_exit_code_is_the_jobs_and_the_server_is_stopped(fake_job):
     assert files.exit_code.read_text().strip() == "3"
     trainer_log = files.trainer_log.read_text()
     assert f"servers {address} overrides rollout.weight_sync_host=localhost" in trainer_log
-    assert f"1 inference server(s) healthy" in out and "job ended with exit code 3" in out
+    assert "1 inference server(s) healthy" in out and "job ended with exit code 3" in out
     assert not is_healthy(address, timeout_s=0.5)  # the server step was stopped
 
 

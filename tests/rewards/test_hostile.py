@@ -9,7 +9,6 @@ import json
 import random
 import time
 
-import pytest
 
 import rlvr.rewards  # noqa: F401  (registers the built-ins)
 from rlvr.rewards.registry import VERIFIERS

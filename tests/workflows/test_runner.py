@@ -9,7 +9,7 @@ from rlvr.producer.groups import RewardShaping, generate_and_score
 from rlvr.rewards.scorer import RewardScorer
 from rlvr.rollout.client import BatchCallFailed
 from rlvr.types import SamplingParams
-from rlvr.workflows import EpisodeRunner, Trajectory, WorkflowSettings, get_workflow
+from rlvr.workflows import EpisodeRunner, WorkflowSettings, get_workflow
 from rlvr.workflows.single_turn import single_turn
 
 from tests.workflows.conftest import TurnScriptedEngine

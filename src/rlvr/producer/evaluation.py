@@ -44,7 +44,7 @@ AnswerKey = Callable[[str], "str | None"]
 
 @dataclass(frozen=True)
 class EvalSettings:
-    """How to evaluate (`eval.*`, made by `rlvr.build.eval_settings`)."""
+    """How to evaluate (`eval.*`, made by `rlvr.settings.eval_settings`)."""
 
     sampling: SamplingParams  # n: samples per prompt; seed: the base each set derives its own from
     pass_at_k: tuple[int, ...] = (1,)  # each in [1, sampling.n]

@@ -23,7 +23,7 @@ from matplotlib.figure import Figure
 
 from rlvr.checkpoint.atomic import write_text_atomic
 from rlvr.report.panels import PANELS, eval_table, time_breakdown, with_derived
-from rlvr.report import plots
+import rlvr.report.plots as plots
 from rlvr.report.run_data import RunData, load_run
 from rlvr.report.samples import SampleChoice, pick_samples
 

@@ -6,6 +6,7 @@ accepts new weights. Engines register a factory by name so `rollout.engine` pick
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Protocol, runtime_checkable
@@ -16,11 +17,13 @@ from rlvr.interrupts import EngineUnavailable  # noqa: F401  (engines raise it f
 from rlvr.registry import Registry
 from rlvr.types import Completion, SamplingParams
 
+log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True)
 class EngineSettings:
     """What an engine needs to start, and nothing the trainer alone reads (prompt counts,
-    async steps, sampling temperature): `rlvr.build.engine_settings` makes it from the rollout
+    async steps, sampling temperature): `rlvr.settings.engine_settings` makes it from the rollout
     config section, and engine actors receive only this. Field names follow `rollout.*`."""
 
     dtype: str = "float32"  # the engine's own copy of the weights: float32 | bfloat16
@@ -42,7 +45,7 @@ class EngineSettings:
     server_request_timeout_s: float = 600.0
     weight_update: str = "disk"  # disk | broadcast
     weight_sync_host: str = ""  # this host's address as servers reach it (broadcast)
-    # Not rollout fields; set by `rlvr.build.engine_settings`. `device`: "cuda" | "cpu" as the
+    # Not rollout fields; set by `rlvr.settings.engine_settings`. `device`: "cuda" | "cpu" as the
     # driver resolved `model.device` ("auto": the engine's process decides from what it
     # sees). `weight_update_dir`: where disk updates are written (<output_dir>/weight_updates).
     device: str = "auto"
@@ -55,7 +58,8 @@ class RolloutEngine(Protocol):
         """For each prompt, `params.n` completions (in prompt order)."""
         ...
 
-    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]],
+                       version: int) -> None:
         """Load new weights in place; completions produced afterwards carry `version`."""
         ...
 
@@ -90,6 +94,24 @@ ENGINES: Registry[EngineFactory] = Registry("rollout.engine")
 register_engine = ENGINES.register
 
 
+AUTO = "auto"  # `rollout.engine=auto`: the fastest engine installed here
+
+
+def resolve_engine_name(name: str) -> str:
+    """The engine `rollout.engine` means: `auto` is vLLM where it is installed (the fast
+    engine), else the transformers engine, with the reason logged; other names as given."""
+    if name != AUTO:
+        return name
+    from rlvr.rollout.vllm_engine import INSTALL_HINT, vllm_available
+
+    if vllm_available():
+        return "vllm"
+    log.warning("rollout.engine=auto: vLLM is not installed, so the transformers engine "
+                "generates (several times slower; %s)", INSTALL_HINT)
+    return "transformers"
+
+
 def create_engine(name: str, model_dir: str | Path, cfg: EngineSettings,
                   eos_token_ids: tuple[int, ...], pad_token_id: int) -> RolloutEngine:
-    return ENGINES.lookup(name)(str(model_dir), cfg, eos_token_ids, pad_token_id)
+    return ENGINES.lookup(resolve_engine_name(name))(str(model_dir), cfg, eos_token_ids,
+                                                     pad_token_id)

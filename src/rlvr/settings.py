@@ -1,0 +1,148 @@
+"""Each part's settings record, made from the config: the learner's, the engine's, the episode
+source's, the scorer's, the evaluator's. A part receives only its record, never the config
+tree; a record's fields keep the config's names where they are the same setting.
+
+Not here: building the parts (`rlvr.build`), the config itself (`rlvr.config`).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import fields
+from pathlib import Path
+
+from rlvr.config import Config
+from rlvr.data.templates import merge_stop_strings
+from rlvr.learner import LearnerSettings
+from rlvr.learner.lora import LoraSettings
+from rlvr.models import resolve_model_dir
+from rlvr.producer.evaluation import EvalSettings
+from rlvr.producer.groups import RewardShaping
+from rlvr.producer.prompt_selection import ActiveSampling
+from rlvr.producer.source import SourceSettings
+from rlvr.rewards.judge import JudgeSettings
+from rlvr.rewards.scorer import ScorerSettings
+from rlvr.rollout import EngineSettings
+from rlvr.types import SamplingParams
+from rlvr.workflows import WorkflowSettings
+
+
+def learner_settings(cfg: Config, bf16: bool = False) -> LearnerSettings:
+    opt = cfg.optimizer
+    return LearnerSettings(
+        learning_rate=opt.learning_rate, lr_scheduler_type=opt.lr_scheduler_type,
+        warm_up_steps=opt.warm_up_steps,
+        total_optimizer_steps=cfg.num_training_steps * cfg.algorithm.num_epochs,
+        weight_decay=opt.weight_decay, max_grad_norm=opt.max_grad_norm,
+        betas=(opt.adam_beta1, opt.adam_beta2), eps=opt.adam_eps,
+        bf16_autocast=bf16,
+        gradient_checkpointing=cfg.model.gradient_checkpointing,
+        max_tokens_per_micro_batch=cfg.algorithm.max_tokens_per_micro_batch)
+
+
+def lora_settings(cfg: Config) -> LoraSettings | None:
+    """`model.lora` for the learner, or None when it is off (rank 0). The base model is
+    recorded as a built-in name or an absolute directory, so a checkpoint finds it from
+    anywhere (`rlvr merge`)."""
+    lora = cfg.model.lora
+    if lora.rank == 0:
+        return None
+    name = cfg.model.name_or_path
+    base = str(Path(name).resolve()) if Path(name).exists() else name
+    return LoraSettings(rank=lora.rank, alpha=lora.alpha, dropout=lora.dropout,
+                        target_modules=(tuple(lora.target_modules)
+                                        if lora.target_modules is not None else None),
+                        base_model=base, init_seed=cfg.experiment.seed)
+
+
+def actor_threads(cfg: Config) -> int:
+    """Torch threads per learner or engine actor: `model.num_threads`, else the node's cores
+    shared among its learners. Ray would leave one (it sets OMP_NUM_THREADS to the actor's
+    CPU count), which made a lone learner actor 3.5x slower here than the same learner
+    in process."""
+    if cfg.model.num_threads > 0:
+        return cfg.model.num_threads
+    return max(1, (os.cpu_count() or 1) // max(cfg.distributed.num_learners_per_node))
+
+
+def engine_settings(cfg: Config, device: str = "auto") -> EngineSettings:
+    """The rollout section's fields an engine reads (same names), for engines here or in
+    actors, and the run's device type; nothing the trainer alone uses travels with them."""
+    r = cfg.rollout
+    derived = {"device": device,
+               "weight_update_dir": str(Path(cfg.experiment.output_dir) / "weight_updates"),
+               "weight_update_timeout_s": cfg.distributed.collective_timeout_s}
+    same_names = {f.name: getattr(r, f.name) for f in fields(EngineSettings)
+                  if f.name not in derived}
+    same_names["server_addresses"] = tuple(same_names["server_addresses"])
+    return EngineSettings(**derived, **same_names)
+
+
+def source_settings(cfg: Config) -> SourceSettings:
+    r, a = cfg.rollout, cfg.algorithm
+    return SourceSettings(
+        prompts_per_step=r.num_unique_prompts_rollout,
+        sampling=SamplingParams(n=r.num_samples_per_prompt_rollout, temperature=r.temperature,
+                                top_p=r.top_p, max_tokens=r.response_length,
+                                stop_strings=sampling_stop_strings(cfg), seed=cfg.experiment.seed),
+        shaping=reward_shaping(cfg),
+        active=ActiveSampling(a.active_sampling, a.active_sampling_max_rounds),
+        retire_pass_rate=a.no_resampling_pass_rate,
+        workflow=r.workflow, workflow_settings=workflow_settings(cfg),
+        episode_timeout_s=r.episode_timeout_s,
+        tokenizer_dir=resolve_model_dir(cfg.model.name_or_path),
+        chat_template=cfg.data.chat_template)
+
+
+def sampling_stop_strings(cfg: Config) -> tuple[str, ...]:
+    """Where training and eval samples stop: `rollout.stop_strings`, then those the chat
+    template's format implies (r1_zero's `</answer>`)."""
+    return merge_stop_strings(cfg.rollout.stop_strings, cfg.data.chat_template)
+
+
+def workflow_settings(cfg: Config) -> WorkflowSettings:
+    r = cfg.rollout
+    return WorkflowSettings(max_turns=r.max_turns, turn_discount=r.turn_discount,
+                            feedback=r.feedback, max_tool_calls=r.max_tool_calls,
+                            tool_timeout_s=r.tool_timeout_s,
+                            tool_output_chars=r.tool_output_chars,
+                            max_episode_tokens=cfg.episode_tokens,
+                            args=dict(r.workflow_args))
+
+
+def scorer_settings(cfg: Config) -> ScorerSettings:
+    rw = cfg.rewards
+    return ScorerSettings(num_workers=rw.num_workers, timeout_s=rw.timeout_s,
+                          aggregator=rw.reward_aggregator, judge=judge_settings(cfg))
+
+
+def judge_settings(cfg: Config) -> JudgeSettings | None:
+    """`rewards.judge` as the judge reads it (same field names; a null rubric or score regex
+    keeps the judge's default), on the run's `model.device`."""
+    j = cfg.rewards.judge
+    if j is None:
+        return None
+    given = {f.name: getattr(j, f.name) for f in fields(j) if getattr(j, f.name) is not None}
+    return JudgeSettings(**given, device=cfg.model.device)
+
+
+def eval_settings(cfg: Config) -> EvalSettings:
+    """`eval.*` as the evaluator reads it; stop strings are training's (the same answers)."""
+    ev = cfg.eval
+    return EvalSettings(
+        sampling=SamplingParams(n=ev.num_samples, temperature=ev.temperature, top_p=ev.top_p,
+                                max_tokens=cfg.eval_response_length,
+                                stop_strings=sampling_stop_strings(cfg),
+                                seed=cfg.experiment.seed),
+        pass_at_k=tuple(ev.pass_at_k), max_prompts=ev.max_prompts)
+
+
+def reward_shaping(cfg: Config) -> RewardShaping:
+    a, rw = cfg.algorithm, cfg.rewards
+    return RewardShaping(
+        non_stop_penalty=a.non_stop_penalty, non_stop_penalty_value=a.non_stop_penalty_value,
+        overlong_buffer=a.overlong_buffer, overlong_penalty_factor=a.overlong_penalty_factor,
+        max_tokens=cfg.rollout.response_length,
+        format_reward=rw.apply_r1_style_format_reward,
+        format_reward_value=rw.r1_style_format_reward,
+        additive_format_reward=rw.additive_format_reward)

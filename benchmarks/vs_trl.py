@@ -1,10 +1,15 @@
-"""Seconds per GRPO step: rlvr against TRL's GRPOTrainer on the same work.
+"""GRPO throughput: rlvr against TRL's GRPOTrainer on the same work, as completion tokens per
+second of training (generation, scoring and the update), and seconds per step.
 
-Same model, same prompts (single-digit addition), same group size, response length and reward
-(last number), one optimizer step per step, sampling at temperature 1, no KL term. Each framework
-runs in its own process with one torch thread, one after the other, so neither slows the other
-(NOTES: two busy processes with 2 threads each slow each other badly). The first step of each is
-a warm-up and is not counted.
+Same model, same prompts (single-digit addition), same group size, response length limit and
+reward (last number), one optimizer step per step, sampling at temperature 1, no KL term. Each
+framework runs in its own process with one torch thread, one after the other, so neither slows
+the other (NOTES: two busy processes with 2 threads each slow each other badly). The first step
+of each is a warm-up and is not counted. rlvr runs as a user would run it: `rollout.engine=auto`
+(vLLM where installed); TRL generates with transformers (its vLLM modes need CUDA). The two
+sides' policies drift apart and may write answers of different lengths, so the ratio is of
+completion tokens per second (each side's own generated tokens over its own wall time), not of
+seconds per step; both are printed.
 
     python benchmarks/vs_trl.py                      # SmolLM2-135M, 8 prompts x 8, 64 tokens
     python benchmarks/vs_trl.py --model tiny-llama   # a quick check of the harness
@@ -28,6 +33,7 @@ def run_rlvr(args: argparse.Namespace) -> list[float]:
     steps = args.steps + 1
     cfg = load_config(None, [
         f"model.name_or_path={args.model}", "model.num_threads=1",
+        "rollout.vllm_cpu_threads_bind=0",  # vLLM, if it generates, on one core too
         f"experiment.output_dir={args.output_dir}/rlvr",
         f"experiment.total_episodes={steps * args.prompts * args.group}",
         f"rollout.num_unique_prompts_rollout={args.prompts}",
@@ -38,16 +44,19 @@ def run_rlvr(args: argparse.Namespace) -> list[float]:
         "data.eval_holdout=0", "logging.progress_bar=false", "checkpoint.save_final=false",
     ])
     run = build_run(cfg)
-    times = []
+    times, tokens = [], []
     try:
         for step in range(1, steps + 1):
             start = time.perf_counter()
-            one_training_step(run, step)
+            metrics = one_training_step(run, step)
             times.append(time.perf_counter() - start)
+            tokens.append(metrics["val/sequence_lengths"] * args.prompts * args.group)
     finally:
+        run.source.close()
         run.scorer.close()
+        run.engine.close()
         run.logger.close()
-    return times[1:]
+    return {"seconds": times[1:], "tokens": tokens[1:]}
 
 
 def _last_number_reward(completions, ground_truth, **_):
@@ -77,6 +86,7 @@ def run_trl(args: argparse.Namespace) -> list[float]:
         temperature=1.0, beta=0.0, num_iterations=1, learning_rate=args.learning_rate,
         max_steps=steps, logging_steps=1, save_strategy="no", seed=1, shuffle_dataset=False)
     stamps: list[float] = []
+    lengths: list[float] = []
 
     class StepClock(TrainerCallback):
         def on_step_begin(self, *a, **k):
@@ -85,23 +95,33 @@ def run_trl(args: argparse.Namespace) -> list[float]:
         def on_step_end(self, *a, **k):
             stamps.append(time.perf_counter())
 
+        def on_log(self, args_, state, control, logs=None, **k):
+            if logs and "completions/mean_length" in logs:
+                lengths.append(float(logs["completions/mean_length"]))
+
     trainer = GRPOTrainer(model=load_causal_lm(model_dir), reward_funcs=_last_number_reward,
                           args=config, train_dataset=dataset,
                           processing_class=load_tokenizer(model_dir), callbacks=[StepClock()])
     trainer.train()
     # TRL generates inside the step, so begin -> end covers generation, scoring and the update.
-    return [stamps[i + 1] - stamps[i] for i in range(0, len(stamps) - 1, 2)][1:]
+    seconds = [stamps[i + 1] - stamps[i] for i in range(0, len(stamps) - 1, 2)]
+    if len(lengths) != len(seconds):
+        raise SystemExit(f"TRL logged {len(lengths)} completion lengths for {len(seconds)} steps")
+    return {"seconds": seconds[1:],
+            "tokens": [n * args.prompts * args.group for n in lengths][1:]}
 
 
-def _child(which: str, args: argparse.Namespace) -> list[float]:
-    """Run one framework in a fresh single-threaded process; return its step times."""
+def _child(which: str, args: argparse.Namespace) -> dict[str, list[float]] | None:
+    """Run one framework in a fresh single-threaded process; its step times and completion
+    tokens per step, or None (after saying why) if it failed."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
            "TOKENIZERS_PARALLELISM": "false", "TRANSFORMERS_VERBOSITY": "error"}
     cmd = [sys.executable, __file__, "--child", which] + [
         f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items() if k != "child" and v]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if out.returncode != 0:
-        sys.exit(f"{which} failed:\n{out.stderr[-3000:]}")
+        print(f"{which} failed (exit {out.returncode}), so no ratio:\n{out.stderr[-3000:]}")
+        return None
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -126,10 +146,18 @@ def main() -> None:
     print(f"model={args.model} prompts={args.prompts} group={args.group} "
           f"response_length={args.response_length} timed_steps={args.steps}, 1 thread each")
     results = {which: _child(which, args) for which in ("rlvr", "trl")}
-    means = {k: sum(v) / len(v) for k, v in results.items()}
-    for which, times in results.items():
-        print(f"{which:5s} s/step: {means[which]:7.2f}   ({', '.join(f'{t:.1f}' for t in times)})")
-    print(f"ratio TRL / rlvr: {means['trl'] / means['rlvr']:.2f}x")
+    rates = {}
+    for which, got in results.items():
+        if got is None:
+            continue
+        seconds, tokens = got["seconds"], got["tokens"]
+        rates[which] = sum(tokens) / sum(seconds)
+        print(f"{which:5s} {sum(seconds) / len(seconds):7.2f} s/step ("
+              f"{', '.join(f'{t:.1f}' for t in seconds)}), {sum(tokens) / len(tokens):.0f} "
+              f"completion tokens/step, {rates[which]:.1f} tokens/s")
+    if len(rates) == 2:
+        print(f"ratio TRL / rlvr: {rates['rlvr'] / rates['trl']:.2f}x  (completion tokens per "
+              "second, rlvr's over TRL's)")
 
 
 if __name__ == "__main__":

@@ -72,6 +72,7 @@ class Run:
     # batch changes no weights, and counting it made every batch look stale after a few.
     policy_version: int = 0
     last_update_step: int = 0  # the last step whose update the learner holds
+    peak_flops: float | None = None  # what learner_mfu divides by (`run_peak_flops`)
     started: float = field(default_factory=time.perf_counter)  # for time/elapsed
     devices: "DevicePlan | None" = None  # where learners and engines compute
     evaluator: Evaluator | None = None  # the eval sets and settings; None: no eval

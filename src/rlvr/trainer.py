@@ -25,6 +25,7 @@ from rlvr.config import Config
 from rlvr.interrupts import EngineLost, NumericalFault, StopOnSignal, TrainingInterrupted
 from rlvr.learner import UpdateResult
 from rlvr.metrics import StepTimer, learner_throughput
+from rlvr.metrics.throughput import run_peak_flops
 from rlvr.metrics.traces import eval_rows, training_rows
 from rlvr.producer.ahead import RolloutProducer
 from rlvr.producer.groups import Episodes
@@ -88,10 +89,11 @@ def one_training_step(run: Run, step: int, produced: tuple[Episodes, dict[str, f
     a = cfg.algorithm
     episodes, metrics = produced if produced is not None else run.source.produce(step)
     metrics.update(staleness_metrics(episodes.groups, policy_version=run.policy_version))
-    training = build_training_batch(episodes.groups, BatchSettings(
-        a.advantage_normalization_type, a.filter_zero_std_samples, a.pack_length,
-        run.tokenizer.pad_token_id, a.mask_truncated_completions, a.packing,
-        a.truncated_in_baseline))
+    with timer("batching"):  # advantages, filtering, packing
+        training = build_training_batch(episodes.groups, BatchSettings(
+            a.advantage_normalization_type, a.filter_zero_std_samples, a.pack_length,
+            run.tokenizer.pad_token_id, a.mask_truncated_completions, a.packing,
+            a.truncated_in_baseline))
     metrics.update(training.metrics)
     if run.traces is not None:
         with timer("traces"):
@@ -166,8 +168,9 @@ def update_metrics(run: Run, result: UpdateResult) -> dict[str, float]:
         "optim/lr": result.learning_rate,
         "optim/skipped_steps": float(result.skipped_steps),
     })
-    metrics.update(learner_throughput(run.cfg, run.model_shape, result,
-                                      bf16=run.devices is not None and run.devices.bf16))
+    if run.peak_flops is None:  # measured once, at the first update (a short matmul probe)
+        run.peak_flops = run_peak_flops(run.cfg, run.devices is not None and run.devices.bf16)
+    metrics.update(learner_throughput(run.cfg, run.model_shape, result, run.peak_flops))
     metrics.update(result.memory)
     return metrics
 

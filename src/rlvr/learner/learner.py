@@ -34,6 +34,7 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model
                                                      set_model_state_dict,
                                                      set_optimizer_state_dict)
 from torch.distributed.tensor import DTensor
+from torch.profiler import record_function
 
 from rlvr.algorithm.losses import LossInputs, LossOutputs
 from rlvr.algorithm.packing import plan_micro_batches
@@ -305,7 +306,8 @@ class Learner:
                  for p in parts]
         # Batches are built on the host; each micro-batch is copied to the device once.
         micro = [mb.to(self.device) for mb in micro]
-        ref_logprobs = [self._reference_logprobs(mb, temperature) for mb in micro]
+        with record_function("learner.reference"):
+            ref_logprobs = [self._reference_logprobs(mb, temperature) for mb in micro]
         old_logprobs: list[torch.Tensor] = []
         sums: dict[str, float] = {}
         entropy_sum = diff_sum = diff_max = grad_norm = learning_rate = 0.0
@@ -313,19 +315,23 @@ class Learner:
         for epoch in range(num_epochs):
             self.optimizer.zero_grad(set_to_none=True)
             for i, mb in enumerate(micro):
-                with self._autocast():
+                # Named spans for torch.profiler (`benchmarks/peak.py`); free when not profiling.
+                with record_function("learner.forward"), self._autocast():
                     new_RL, entropy_RL = self.forward_fn(self.policy, mb, temperature,
                                                          epoch == 0)
                 new_RL = new_RL.float()
                 if epoch == 0:
                     old_logprobs.append(new_RL.detach())
-                out = loss(LossInputs(new_logprobs_RL=new_RL, old_logprobs_RL=old_logprobs[i],
-                                      advantages_RL=mb.advantages_RL,
-                                      response_mask_RL=mb.response_mask_RL,
-                                      ref_logprobs_RL=ref_logprobs[i],
-                                      sequence_ids_RL=mb.sequence_index_RL,
-                                      engine_logprobs_RL=mb.engine_logprobs_RL))
-                out.loss.backward()
+                with record_function("learner.loss"):
+                    out = loss(LossInputs(new_logprobs_RL=new_RL,
+                                          old_logprobs_RL=old_logprobs[i],
+                                          advantages_RL=mb.advantages_RL,
+                                          response_mask_RL=mb.response_mask_RL,
+                                          ref_logprobs_RL=ref_logprobs[i],
+                                          sequence_ids_RL=mb.sequence_index_RL,
+                                          engine_logprobs_RL=mb.engine_logprobs_RL))
+                with record_function("learner.backward"):
+                    out.loss.backward()
                 if epoch == num_epochs - 1:
                     accumulate_sums(sums, out.sums)
                 if epoch == 0:
@@ -334,13 +340,14 @@ class Learner:
                     diff = (new_RL.detach() - mb.engine_logprobs_RL)[mask_RL].abs()
                     diff_sum += float(diff.sum())
                     diff_max = max(diff_max, float(diff.max()) if diff.numel() else 0.0)
-            grad_norm = clip_grad_norm(self.trainable, self.settings.max_grad_norm)
-            learning_rate = self.optimizer.param_groups[0]["lr"]  # the rate this step used
-            if math.isfinite(grad_norm):
-                self.optimizer.step()
-            else:  # a non-finite gradient would poison the weights: skip this update
-                skipped += 1
-            self.scheduler.step()
+            with record_function("learner.optimizer"):
+                grad_norm = clip_grad_norm(self.trainable, self.settings.max_grad_norm)
+                learning_rate = self.optimizer.param_groups[0]["lr"]  # the rate this step used
+                if math.isfinite(grad_norm):
+                    self.optimizer.step()
+                else:  # a non-finite gradient would poison the weights: skip this update
+                    skipped += 1
+                self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         return UpdateResult(
             loss_sums=sums, num_response_tokens=batch.num_response_tokens,

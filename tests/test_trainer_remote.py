@@ -53,3 +53,30 @@ def test_with_no_server_left_the_run_stops_naming_them_with_its_state_saved(tmp_
     assert "training state of step" in message
     saved = sorted(p.name for p in (tmp_path / "state").iterdir() if p.name.startswith("step"))
     assert saved, "the last good state must be saved"
+
+
+def test_servers_lost_during_an_eval_keep_that_steps_record_and_state(tmp_path, servers,
+                                                                      monkeypatch):
+    """The step trained and its weights reached the servers before its eval failed: the state
+    saved is that step's, at the version the servers had, and its metrics are logged."""
+    import json
+
+    import rlvr.trainer as trainer
+    from rlvr.rollout.base import EngineUnavailable
+
+    def eval_that_loses_the_servers(run, step):
+        raise EngineUnavailable("no inference server is left (in the eval)")
+
+    monkeypatch.setattr(trainer, "run_eval", eval_that_loses_the_servers)
+    cfg = _cfg(tmp_path, servers, steps=4)
+    cfg.eval.local_eval_every = 2
+    with pytest.raises(EngineLost) as lost:
+        train(cfg)
+    assert "training state of step 2" in str(lost.value)
+    saved = sorted(p.name for p in (tmp_path / "state").iterdir() if p.name.startswith("step"))
+    assert saved[-1].endswith("2"), saved
+    progress = json.loads((tmp_path / "state" / saved[-1] / "progress.json").read_text())
+    assert progress["policy_version"] == 2  # synced twice, never bumped again
+    logged = [json.loads(line)["training_step"]
+              for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert logged[-1] == 2

@@ -222,7 +222,10 @@ def _train_loop(run: Run, stop: StopOnSignal) -> None:
                 metrics = one_training_step(run, step, produced)
             except EngineUnavailable as e:
                 _stop_after_engine_loss(run, step, e)
-            skipped_in_a_row = _finish_step(run, stop, step, metrics, skipped_in_a_row)
+            try:
+                skipped_in_a_row = _finish_step(run, stop, step, metrics, skipped_in_a_row)
+            except EngineUnavailable as e:  # in the step's eval: the step itself is done
+                _stop_after_engine_loss(run, step, e, step_done=True)
     finally:
         if producer is not None:
             producer.close()
@@ -277,13 +280,15 @@ def _next_produced(run: Run, producer: RolloutProducer, step: int, stop: StopOnS
 MAX_STALE_BATCHES_IN_A_ROW = 4
 
 
-def _stop_after_engine_loss(run: Run, step: int, error: EngineUnavailable) -> None:
+def _stop_after_engine_loss(run: Run, step: int, error: EngineUnavailable,
+                            step_done: bool = False) -> None:
     """No engine is left (every inference server gone): save the state of the last step whose
     update the learner holds, which is `step` itself when only the weight sync after its
-    update failed, and stop naming the servers and the state."""
-    done = step if run.last_update_step == step else step - 1
+    update failed or the step was done (`step_done`: its eval failed), and stop naming the
+    servers and the state."""
+    done = step if step_done or run.last_update_step == step else step - 1
     if done > run.start_step:
-        if done == step:  # the update landed; the engines just never received it
+        if done == step and not step_done:  # the update landed; the engines never received it
             run.policy_version += 1
         save_state(capture_state(run, done), run.state_dir, run.cfg.checkpoint.keep_last_n_states)
         where = f"the training state of step {done} is in {run.state_dir}"
@@ -307,7 +312,11 @@ def _finish_step(run: Run, stop: StopOnSignal, step: int, metrics: dict[str, flo
     """Eval, checkpoints, logging and fault checks after a step; the new skip streak."""
     cfg = run.cfg
     if _due(cfg.eval.local_eval_every, step, cfg.num_training_steps):
-        metrics.update(run_eval(run, step))
+        try:
+            metrics.update(run_eval(run, step))
+        except EngineUnavailable:
+            run.logger.log(step, metrics)  # the step trained and synced: keep its record
+            raise
     if cfg.checkpoint.save_freq and step % cfg.checkpoint.save_freq == 0:
         save_model_checkpoint(run.learner.policy, run.tokenizer, run.output_dir, step,
                               cfg.checkpoint.keep_last_n_checkpoints)

@@ -277,3 +277,43 @@ def test_no_tensor_is_created_on_an_implicit_device(tiny_model, flex_model, refe
         tiny_model.zero_grad()
     for tensor in (logprobs_RL, entropy_RL, flex_RL, lengths_RL, means_RL, *varlen.values()):
         assert tensor.device == HOST
+
+
+def test_logits_in_chunks_give_the_same_logprobs_entropy_and_gradients(tiny_model):
+    """Chunks of 3 response tokens (each chunk's logits recomputed in backward) against all
+    logits at once: same values, same gradient on every weight."""
+    from rlvr.learner.forward import response_hidden, token_logprobs
+
+    torch.manual_seed(0)
+    seqs = [SequenceToPack([1, 5, 6, 7], [8, 9, 10, 11, 2], [0.0] * 5, 1.0, 0),
+            SequenceToPack([1, 12, 13], [14, 15, 16], [0.0] * 3, -0.5, 1)]
+    batch = pack_sequences(seqs, pack_length=32)
+    targets_N = batch.input_ids_RL[batch.response_mask_RL]
+    results = []
+    for chunk in (3, 10_000):
+        tiny_model.zero_grad()
+        logp_N, ent_N = token_logprobs(tiny_model, response_hidden(tiny_model, batch), targets_N,
+                                       0.7, with_entropy=True, chunk_tokens=chunk)
+        (logp_N * torch.linspace(-1, 1, len(logp_N))).sum().backward()
+        grads = [p.grad.clone() for p in tiny_model.parameters()]
+        results.append((logp_N.detach(), ent_N, grads))
+    (lp_a, ent_a, g_a), (lp_b, ent_b, g_b) = results
+    torch.testing.assert_close(lp_a, lp_b, rtol=0, atol=1e-6)
+    torch.testing.assert_close(ent_a, ent_b, rtol=0, atol=1e-6)
+    for a, b in zip(g_a, g_b):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)  # summed in another order
+    # The entropy is -sum p log p of the temperature-scaled distribution, worked out directly.
+    with torch.no_grad():
+        logp_NV = torch.log_softmax(
+            tiny_model.lm_head(response_hidden(tiny_model, batch)).float() / 0.7, dim=-1)
+        torch.testing.assert_close(ent_a, -(logp_NV.exp() * logp_NV).sum(-1), rtol=0, atol=1e-5)
+
+
+def test_a_batch_without_response_tokens_still_runs_the_head(tiny_model):
+    from rlvr.learner.forward import token_logprobs
+
+    hidden = torch.zeros(0, tiny_model.config.hidden_size, requires_grad=True)
+    logp_N, _ = token_logprobs(tiny_model, hidden, torch.zeros(0, dtype=torch.long), 1.0)
+    assert logp_N.shape == (0,) and logp_N.grad_fn is not None
+    logp_N.sum().backward()  # a sharded peer with rows must not wait on a missing gradient
+    assert tiny_model.lm_head.weight.grad is not None

@@ -33,6 +33,7 @@ from typing import Callable
 import torch
 from torch.distributed.fsdp import FSDPModule
 from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
+from torch.utils.checkpoint import checkpoint
 
 from rlvr.algorithm.packing import SequenceToPack, pack_sequences
 from rlvr.device import HOST
@@ -224,6 +225,13 @@ def check_attention_backward(model: torch.nn.Module, device: torch.device) -> No
                          f"train on {device}: {error} Use sdpa there.")
 
 
+# Response tokens whose [tokens, vocabulary] logits exist at once. The vocabulary projection
+# and its softmax are a small model's largest activations (2,900 response tokens of SmolLM2 are
+# 570 MB of float32 logits per copy, and autograd kept several copies alive until the backward
+# pass); chunks bound them, each chunk's logits recomputed in the backward pass instead of kept.
+LOGIT_CHUNK_TOKENS = 1024
+
+
 def forward_logprobs(model: torch.nn.Module, batch: PackedBatch, temperature: float,
                      with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
     """logprobs_RL[r, j] = log p(input_ids[r, j] | tokens before it in its sequence).
@@ -234,28 +242,74 @@ def forward_logprobs(model: torch.nn.Module, batch: PackedBatch, temperature: fl
     never reach the loss.
     """
     target_RL = batch.response_mask_RL
-    logits_NV = response_logits(model, batch) / temperature
-    logp_NV = torch.log_softmax(logits_NV, dim=-1)
-    token_logp_N = logp_NV.gather(-1, batch.input_ids_RL[target_RL][:, None]).squeeze(-1)
-    logprobs_RL = torch.zeros(target_RL.shape, dtype=token_logp_N.dtype, device=target_RL.device)
-    logprobs_RL = logprobs_RL.masked_scatter(target_RL, token_logp_N)
+    logp_N, entropy_N = token_logprobs(model, response_hidden(model, batch),
+                                       batch.input_ids_RL[target_RL], temperature, with_entropy)
+    logprobs_RL = torch.zeros(target_RL.shape, dtype=logp_N.dtype, device=target_RL.device)
+    logprobs_RL = logprobs_RL.masked_scatter(target_RL, logp_N)
     entropy_RL = None
-    if with_entropy:
-        with torch.no_grad():  # a metric only: keep it out of the graph
-            entropy_N = -(logp_NV.exp() * logp_NV).sum(-1)
-            entropy_RL = torch.zeros(target_RL.shape, dtype=entropy_N.dtype,
-                                     device=target_RL.device).masked_scatter(target_RL, entropy_N)
+    if entropy_N is not None:
+        entropy_RL = torch.zeros(target_RL.shape, dtype=entropy_N.dtype,
+                                 device=target_RL.device).masked_scatter(target_RL, entropy_N)
     return logprobs_RL, entropy_RL
 
 
-def response_logits(model: torch.nn.Module, batch: PackedBatch) -> torch.Tensor:
-    """Float32 logits [N, V] predicting the batch's N response tokens (row-major order)."""
+def token_logprobs(model: torch.nn.Module, hidden_NH: torch.Tensor, targets_N: torch.Tensor,
+                   temperature: float, with_entropy: bool = False,
+                   chunk_tokens: int | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Float32 logprob of each target [N] under the temperature-scaled distribution predicted
+    from `hidden_NH` [N, H], and that distribution's entropy [N] (a metric: no gradient), at
+    most `chunk_tokens` positions' logits at a time (`LOGIT_CHUNK_TOKENS`)."""
+    chunk_tokens = chunk_tokens or LOGIT_CHUNK_TOKENS
+    logps, entropies = [], []
+    # At least one chunk, even an empty one: a rank with no response token still runs the head,
+    # as sharded peers expect it to (its gradient is zero, not absent).
+    for start in range(0, max(hidden_NH.shape[0], 1), chunk_tokens):
+        chunk = _ChunkLogprobs(model, targets_N[start:start + chunk_tokens], temperature,
+                               with_entropy)
+        hidden_CH = hidden_NH[start:start + chunk_tokens]
+        if torch.is_grad_enabled() and hidden_CH.requires_grad:
+            logps.append(checkpoint(chunk, hidden_CH, use_reentrant=False))
+        else:
+            logps.append(chunk(hidden_CH))
+        entropies.append(chunk.entropy_C)
+    return torch.cat(logps), (torch.cat(entropies) if with_entropy else None)
+
+
+class _ChunkLogprobs:
+    """One chunk's logprobs from its hidden states (what `checkpoint` reruns in the backward
+    pass); the entropy is taken on the first run only, the rerun would repeat it for nothing."""
+
+    def __init__(self, model: torch.nn.Module, targets_C: torch.Tensor, temperature: float,
+                 with_entropy: bool):
+        self.model, self.targets_C, self.temperature = model, targets_C, temperature
+        self.with_entropy = with_entropy
+        self.entropy_C: torch.Tensor | None = None
+
+    def __call__(self, hidden_CH: torch.Tensor) -> torch.Tensor:
+        logits_CV = output_logits(self.model, hidden_CH) / self.temperature
+        lse_C = torch.logsumexp(logits_CV, dim=-1)
+        logp_C = logits_CV.gather(-1, self.targets_C[:, None]).squeeze(-1) - lse_C
+        if self.with_entropy and self.entropy_C is None:
+            with torch.no_grad():  # H = -sum p log p = lse - sum p * logit
+                p_CV = torch.exp(logits_CV - lse_C[:, None])
+                self.entropy_C = lse_C - (p_CV * logits_CV).sum(-1)
+        return logp_C
+
+
+def response_hidden(model: torch.nn.Module, batch: PackedBatch) -> torch.Tensor:
+    """Final hidden states [N, H] of the positions predicting the batch's N response tokens
+    (row-major order)."""
     target_RL = batch.response_mask_RL
     rows_N = torch.arange(len(target_RL), device=target_RL.device)[:, None].expand_as(
         target_RL)[target_RL]
     hidden_RLH = _hidden_states(model, batch)
-    hidden_NH = hidden_RLH[rows_N, batch.predictor_pos_RL[target_RL]]
-    return output_logits(model, hidden_NH)
+    return hidden_RLH[rows_N, batch.predictor_pos_RL[target_RL]]
+
+
+def response_logits(model: torch.nn.Module, batch: PackedBatch) -> torch.Tensor:
+    """Float32 logits [N, V] predicting the batch's N response tokens (row-major order), all at
+    once: for checks (`check_logit_path`), not for training."""
+    return output_logits(model, response_hidden(model, batch))
 
 
 def output_logits(model: torch.nn.Module, hidden_NH: torch.Tensor) -> torch.Tensor:

@@ -44,10 +44,6 @@ VARIANTS = {
                           "rollout.vllm_cpu_threads_bind=1", "model.num_threads=1",
                           "rollout.async_steps=1"],
     "in_process_async": ["rollout.engine=vllm", "rollout.async_steps=1"],
-    # The same split inside one process: vLLM's threads on core 1 (its generation runs in the
-    # producer thread), the learner's one thread on core 0.
-    "in_process_split_async": ["rollout.engine=vllm", "rollout.vllm_cpu_threads_bind=1",
-                               "model.num_threads=1", "rollout.async_steps=1"],
 }
 DEFAULT = ["in_process", "disk_1", "disk_2", "broadcast_1", "broadcast_2"]
 

@@ -43,6 +43,14 @@ def test_addition_is_deterministic_and_correct():
         assert int(x) + int(y) == int(ex.ground_truth) and ex.verifiers == ("last_number",)
 
 
+def test_two_digit_by_one_digit_multiplication():
+    rows, _ = load_source(DataSourceConfig(name="multiplication_2x1"), seed=3)
+    assert len(rows) == 2000
+    for ex in rows:
+        x, _, y = ex.messages[0]["content"].split("?")[0].split()[-3:]
+        assert 12 <= int(x) <= 99 and 3 <= int(y) <= 9 and int(x) * int(y) == int(ex.ground_truth)
+
+
 class FakeTokenizer:
     """Counts one token per character of the rendered chat."""
 

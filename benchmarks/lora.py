@@ -19,25 +19,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import statistics
 import subprocess
 import sys
 import time
 
+from rlvr.device import cpu_name
+
 SETTINGS = {"full": [], "lora": ["model.lora.rank={rank}", "model.lora.alpha={alpha}"]}
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def rss_mb() -> float:
@@ -56,8 +46,8 @@ def peak_rss_mb() -> float:
 def measure(args: argparse.Namespace) -> dict:
     """One setting, in this (fresh) process: build, warm up, time `args.steps` updates."""
     import torch
-
     from learners import build_batch  # benchmarks/ is on sys.path when run as a script
+
     from rlvr.algorithm.losses import LossParams, PolicyLoss
     from rlvr.build import build_learner, plan_devices
     from rlvr.config import load_config
@@ -110,7 +100,7 @@ def run_setting(name: str, args: argparse.Namespace) -> dict:
 
 def print_table(rows: list[dict], args: argparse.Namespace) -> None:
     first = rows[0]
-    print(f"CPU: {cpu_model()}, {os.cpu_count()} logical CPUs; torch threads {first['threads']}"
+    print(f"CPU: {cpu_name()}, {os.cpu_count()} logical CPUs; torch threads {first['threads']}"
           f", bf16 compute {'on' if first['bf16'] else 'off'}")
     print(f"{args.model}: {args.prompts} prompts x {args.samples} samples, {first['batch']}; "
           f"beta {args.beta}; {args.steps} timed updates after a warm-up")

@@ -15,18 +15,11 @@
 from __future__ import annotations
 
 import argparse
-import platform
 import time
-from pathlib import Path
 
 import torch
 
-
-def cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown CPU"
+from rlvr.device import cpu_name
 
 
 def peak_table() -> dict[tuple[str, int], float]:
@@ -107,7 +100,7 @@ def main() -> None:
         print(f"  {name:14s} {seconds:7.2f} s  {100 * seconds / metrics['wall']:5.1f}%")
     bf16 = run.devices is not None and run.devices.bf16
     dtype = "bfloat16" if bf16 or run.cfg.model.dtype == "bfloat16" else "float32"
-    peak = table[(dtype, torch.get_num_threads() if torch.get_num_threads() <= 2 else 2)]
+    peak = table[(dtype, min(torch.get_num_threads(), 2))]
     tokens_per_s = metrics.get("learner_tokens_per_second_step", 0.0)
     logged_mfu = metrics.get("learner_mfu", 0.0)
     # learner_mfu was computed against the run's own (short) probe; rescale to this peak.

@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from rlvr.device import cpu_name
 
 RLVR = str(Path(sys.executable).with_name("rlvr"))
 
@@ -48,16 +49,6 @@ VARIANTS = {
 DEFAULT = ["in_process", "disk_1", "disk_2", "broadcast_1", "broadcast_2"]
 
 
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
-
-
 def train(name: str, overrides: list[str], out: Path) -> list[dict] | None:
     cmd = [RLVR, "train", "configs/quickstart.yaml", f"experiment.output_dir={out}",
            "logging.progress_bar=false", "checkpoint.save_freq=0", "checkpoint.save_final=false",
@@ -73,7 +64,7 @@ def train(name: str, overrides: list[str], out: Path) -> list[dict] | None:
 def summary(rows: list[dict]) -> dict[str, float]:
     steps = [r for r in rows if r["training_step"] >= 1]
     evals = [r["eval/scores"] for r in rows if "eval/scores" in r]
-    mean = lambda key: sum(r.get(key, 0.0) for r in steps[1:]) / max(len(steps) - 1, 1)  # noqa
+    mean = lambda key: sum(r.get(key, 0.0) for r in steps[1:]) / max(len(steps) - 1, 1)
     return {"s_per_step": (steps[-1]["time/elapsed"] - steps[0]["time/elapsed"])
             / (len(steps) - 1),
             "generation": mean("time/generation"), "sync": mean("time/weight_sync"),

@@ -28,11 +28,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from rlvr.device import cpu_name
 
 TASK = dict(prompts=8, group=8, response_length=32, learning_rate=2e-5, warmup=2)
 
@@ -43,13 +44,6 @@ def quickstart_overrides(seed: int, out: Path, max_steps: int, extra: list[str] 
             f"experiment.total_episodes={per_step * max_steps}", "eval.local_eval_every=0",
             "eval.eval_at_start=false", "checkpoint.save_freq=0",
             "checkpoint.save_final=false", "logging.progress_bar=false", *extra]
-
-
-def cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown CPU"
 
 
 # ---- children: one framework's training, or the evaluation --------------------------------

@@ -9,18 +9,13 @@ import pytest
 from rlvr.config import load_config
 from rlvr.interrupts import EngineLost
 from rlvr.trainer import train
-from tests.serving.fake_server import FakeServer
+from tests.serving.fake_server import running_servers
 
 
 @pytest.fixture
 def servers():
-    started = [FakeServer(vocab=250, tokens=6).start() for _ in range(2)]
-    yield started
-    for s in started:
-        try:
-            s.stop()
-        except OSError:
-            pass
+    with running_servers(2, vocab=250, tokens=6) as started:
+        yield started
 
 
 def _cfg(tmp_path, servers, steps: int = 4):

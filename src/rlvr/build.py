@@ -171,13 +171,19 @@ def check_judge_configured(cfg: Config, loaded: LoadedData) -> None:
                           "needs rewards.judge (its engine and model, or openai base_url)")
 
 
-def build_run(cfg: Config) -> Run:
+def prepare_process(cfg: Config) -> None:
+    """What every entry point does first: the registered names checked, the seeds set, the
+    config's warnings logged, torch's thread count set."""
     check_registered_names(cfg)
     seed_everything(cfg.experiment.seed)
     for warning in warnings_for(cfg):
         log.warning(warning)
     if cfg.model.num_threads > 0:
         torch.set_num_threads(cfg.model.num_threads)
+
+
+def build_run(cfg: Config) -> Run:
+    prepare_process(cfg)
     output_dir = Path(cfg.experiment.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     write_text_atomic(output_dir / "config.yaml", to_yaml(cfg))

@@ -20,12 +20,11 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import torch
 
-from rlvr.build import build_data, check_registered_names, plan_devices, seed_everything
+from rlvr.build import build_data, plan_devices, prepare_process
 from rlvr.settings import engine_settings, eval_settings, scorer_settings
 from rlvr.checkpoint import write_text_atomic
-from rlvr.config import Config, warnings_for
+from rlvr.config import Config
 from rlvr.producer.evaluation import EvalResult, Evaluator
 from rlvr.rewards.scorer import RewardScorer
 from rlvr.rollout import RolloutEngine, create_engine
@@ -50,12 +49,7 @@ class EvalParts:
 
 def build_eval(cfg: Config) -> EvalParts:
     """Data (bad rows fail first), then one engine in this process, then the scorer."""
-    check_registered_names(cfg)
-    seed_everything(cfg.experiment.seed)
-    for warning in warnings_for(cfg):
-        log.warning(warning)
-    if cfg.model.num_threads > 0:
-        torch.set_num_threads(cfg.model.num_threads)
+    prepare_process(cfg)
     model_dir, tokenizer, data = build_data(cfg)
     if cfg.rollout.vllm_num_engines > 0:
         log.info("rlvr eval runs one %s engine in this process (rollout.vllm_num_engines=%d "

@@ -16,20 +16,15 @@ from rlvr.rollout.remote_engine import RemoteEngine, server_addresses
 from rlvr.rollout.seeds import derive_seed
 from rlvr.serving.client import ServerError, completion_from_choice
 from rlvr.types import SamplingParams
-from tests.serving.fake_server import FakeServer
+from tests.serving.fake_server import running_servers
 
 PARAMS = SamplingParams(n=2, temperature=1.0, max_tokens=4, seed=7)
 
 
 @pytest.fixture
 def servers():
-    started = [FakeServer().start() for _ in range(2)]
-    yield started
-    for s in started:
-        try:
-            s.stop()
-        except OSError:
-            pass
+    with running_servers(2) as started:
+        yield started
 
 
 def _engine(servers, tmp_path: Path, **settings) -> RemoteEngine:

@@ -15,6 +15,8 @@ import json
 import random
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
@@ -143,6 +145,20 @@ class FakeServer:
                 return self._answer(404)
 
         return Handler
+
+
+@contextmanager
+def running_servers(count: int = 2, **kwargs) -> Iterator[list[FakeServer]]:
+    """`count` fake servers, stopped after (a test may have stopped or killed some already)."""
+    started = [FakeServer(**kwargs).start() for _ in range(count)]
+    try:
+        yield started
+    finally:
+        for s in started:
+            try:
+                s.stop()
+            except OSError:
+                pass
 
 
 def main() -> None:

@@ -15,7 +15,8 @@ import rlvr.device
 from rlvr.algorithm.losses import LossParams, compute_policy_loss
 from rlvr.build import plan_devices
 from rlvr.config import load_config
-from rlvr.device import DeviceUnavailable, memory_metrics, resolve_device
+from rlvr.device import (DeviceUnavailable, cluster_device_type, collective_backend,
+                         memory_metrics, resolve_device)
 from rlvr.learner import Learner, LearnerSettings
 from rlvr.producer.training_batch import BatchSettings, build_training_batch
 from rlvr.types import Completion, Prompt, Sample
@@ -32,6 +33,15 @@ def test_cpu_device_uses_gloo_and_no_pinned_memory():
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+@pytest.mark.parametrize("requested, gpus, expected", [
+    ("auto", 0, "cpu"), ("auto", 2, "cuda"), ("cpu", 8, "cpu"), ("cuda", 0, "cuda")])
+def test_a_cluster_runs_on_its_gpus_when_auto_finds_some(requested, gpus, expected):
+    # One rule for learners (`plan_devices`) and Ray-placed servers; "cuda" on a cluster
+    # without GPUs is refused by `plan_devices`, not here.
+    assert cluster_device_type(requested, gpus) == expected
+    assert collective_backend(expected) == ("nccl" if expected == "cuda" else "gloo")
+
+
 def test_asking_for_cuda_without_it_says_what_exists():
     with pytest.raises(DeviceUnavailable, match=r"model.device=cuda.*CUDA devices: 0.*CPU cores"):
         resolve_device("cuda")

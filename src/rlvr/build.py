@@ -24,7 +24,8 @@ from rlvr.checkpoint.state import TrainingState, load_latest_state
 from rlvr.config import Config, ConfigError, to_dict, to_yaml, warnings_for
 from rlvr.data import DataBundle, LoadedData, load_datasets, tokenize_datasets
 from rlvr.data.templates import check_template_choice, load_chat_template
-from rlvr.device import DeviceUnavailable, cpu_has_native_bf16, resolve_device
+from rlvr.device import (HOST, DeviceUnavailable, cluster_device_type, collective_backend,
+                         cpu_has_native_bf16, resolve_device)
 from rlvr.distributed.data_prep import DataPrepActor
 from rlvr.distributed.engine_group import EngineGroup
 from rlvr.distributed.trainer_learner import GroupLearner
@@ -85,16 +86,16 @@ class DevicePlan:
     learner and engine, in this process or in actors: the device type, bf16 compute, and the
     GPUs each actor asks Ray for."""
 
-    type: str  # "cuda" | "cpu"
+    type: str  # a torch device type (`rlvr.device`)
     bf16: bool  # bf16 matmuls (autocast, or FSDP2 mixed precision when sharded)
     gpus_per_learner: int = 0
     gpus_per_engine: int = 0
 
     def describe(self) -> str:
         return (f"device {self.type}, bf16 compute {'on' if self.bf16 else 'off'}, "
-                f"collectives {'nccl' if self.type == 'cuda' else 'gloo'}"
+                f"collectives {collective_backend(self.type)}"
                 + (f", {self.gpus_per_learner} GPU per learner, {self.gpus_per_engine} per "
-                   "engine actor" if self.type == "cuda" else ""))
+                   "engine actor" if self.type != HOST.type else ""))
 
 
 def seed_everything(seed: int) -> None:
@@ -286,8 +287,9 @@ def plan_devices(cfg: Config, cluster_gpus: float | None) -> DevicePlan:
     learner_gpus = cfg.world_size
     engine_gpus = r.vllm_num_engines * r.vllm_tensor_parallel_size
     wanted = learner_gpus + engine_gpus
-    if m.device == "cpu" or (m.device == "auto" and cluster_gpus < 1):
-        return DevicePlan("cpu", m.bf16_autocast if m.bf16_autocast is not None
+    device_type = cluster_device_type(m.device, cluster_gpus)
+    if device_type == HOST.type:
+        return DevicePlan(device_type, m.bf16_autocast if m.bf16_autocast is not None
                           else cpu_has_native_bf16())
     if cluster_gpus < wanted:
         raise ConfigError(
@@ -297,7 +299,7 @@ def plan_devices(cfg: Config, cluster_gpus: float | None) -> DevicePlan:
             f"{r.vllm_tensor_parallel_size}), but the Ray cluster has {cluster_gpus:g}")
     # Every GPU rlvr is meant for (A100, H100, L40, ...) computes in bf16; a learner on one
     # that does not is told so when it starts (`LearnerWorker.setup`).
-    return DevicePlan("cuda", True if m.bf16_autocast is None else m.bf16_autocast,
+    return DevicePlan(device_type, True if m.bf16_autocast is None else m.bf16_autocast,
                       gpus_per_learner=1, gpus_per_engine=r.vllm_tensor_parallel_size)
 
 

@@ -33,6 +33,19 @@ HOST = torch.device("cpu")  # where data is prepared and files are read and writ
 _BF16_CPU_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
 
 
+def collective_backend(device_type: str) -> str:
+    """The torch.distributed backend for collectives among processes on `device_type`."""
+    return "nccl" if device_type == "cuda" else "gloo"
+
+
+def cluster_device_type(requested: str, cluster_gpus: float) -> str:
+    """`model.device` for processes placed on a Ray cluster with `cluster_gpus` GPUs in all
+    (the driver itself may have none): "auto" means the GPUs when the cluster has any."""
+    if requested == "cpu" or (requested == "auto" and cluster_gpus < 1):
+        return "cpu"
+    return "cuda"
+
+
 class DeviceUnavailable(ValueError):
     """The device asked for does not exist here; the message says what does."""
 
@@ -53,7 +66,7 @@ class Device:
     @property
     def backend(self) -> str:
         """The torch.distributed backend for collectives among processes on this device."""
-        return "nccl" if self.type == "cuda" else "gloo"
+        return collective_backend(self.type)
 
     @property
     def pin_memory(self) -> bool:

@@ -44,6 +44,7 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model
                                                      set_optimizer_state_dict)
 
 from rlvr.checkpoint.atomic import fresh_tmp_dir, publish_dir
+from rlvr.device import HOST
 
 EXTRA = "extra.pt"  # rank 0's small values, next to DCP's `.metadata` and `__<rank>_0.distcp`
 METADATA = ".metadata"
@@ -93,7 +94,7 @@ def load_sharded(directory: Path, policy: torch.nn.Module, optimizer: torch.opti
         if not (directory / name).is_file():
             raise FileNotFoundError(f"{directory} holds no sharded learner state ({name} is "
                                     "missing); is it on a filesystem this rank can read?")
-    meta = torch.load(directory / EXTRA, map_location="cpu", weights_only=False)
+    meta = torch.load(directory / EXTRA, map_location=HOST, weights_only=False)
     with_reference = reference if meta["has_reference"] else None
     # Templates to load into: each rank's shards, laid out for THIS run's sharding; DCP fills
     # them from whichever saved slices overlap (getting the optimizer's gives it a zero step).

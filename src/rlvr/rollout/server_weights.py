@@ -34,6 +34,7 @@ from typing import Callable, Iterable, Sequence
 import torch
 
 from rlvr.checkpoint.atomic import fresh_tmp_dir, publish_dir
+from rlvr.device import HOST, collective_backend
 from rlvr.rollout.vllm_weight_receiver import with_tied_head
 from rlvr.rollout.weight_sync import BroadcastTransport, layout_of
 from rlvr.serving.client import ServerClient, ServerError
@@ -120,7 +121,7 @@ class BroadcastUpdate:
         self.bucket_bytes, self.timeout_s = bucket_bytes, timeout_s
         # NCCL between GPUs (the sender's buffer on its device), gloo through host memory.
         self.device = device
-        self.backend = "nccl" if device is not None and device.type == "cuda" else "gloo"
+        self.backend = collective_backend((device or HOST).type)
         self.pause_mode = pause_mode
         self._transport: BroadcastTransport | None = None
         self._members: tuple[str, ...] = ()

@@ -198,11 +198,10 @@ def first_reached(out: Path, level: float) -> tuple[float, str]:
     for stamp in result["stamps"]:
         if stamp.get("accuracy", -1) >= level:
             return stamp["seconds"], f"step {stamp['step']}"
-    stamps = result["stamps"]
-    best = max((s.get("accuracy", 0.0) for s in stamps), default=0.0)
-    return Never(stamps[-1]["seconds"] if stamps else 0.0), \
-        f"not within {stamps[-1]['step'] if stamps else 0} steps " \
-        f"({stamps[-1]['seconds'] if stamps else 0:.0f} s, best {best:.2f})"
+    last = result["stamps"][-1] if result["stamps"] else {"step": 0, "seconds": 0.0}
+    best = max((s.get("accuracy", 0.0) for s in result["stamps"]), default=0.0)
+    return Never(last["seconds"]), \
+        f"not within {last['step']} steps ({last['seconds']:.0f} s, best {best:.2f})"
 
 
 def main() -> None:
@@ -261,7 +260,8 @@ def report(reached: dict[str, list], args) -> None:
                           else f"{v:.0f}" for v in values)
         if "failed" not in values:
             means[framework] = sum(values) / len(values)
-            bounded |= {framework} if any(isinstance(v, Never) for v in values) else set()
+            if any(isinstance(v, Never) for v in values):
+                bounded.add(framework)
         mean = (f"   mean {'>' if framework in bounded else ''}{means[framework]:.0f} s"
                 if framework in means else "")
         print(f"  {framework:4s} seeds {args.seeds}: {shown}{mean}")

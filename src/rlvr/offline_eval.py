@@ -20,7 +20,6 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-
 from rlvr.build import build_data, plan_devices, prepare_process
 from rlvr.settings import engine_settings, eval_settings, scorer_settings
 from rlvr.checkpoint import write_text_atomic

@@ -5,6 +5,7 @@ learner update or the batch building creates without an explicit device."""
 from __future__ import annotations
 
 import os
+import platform
 import subprocess
 import sys
 
@@ -67,11 +68,48 @@ def test_bf16_compute_defaults_to_native_and_obeys_the_config(monkeypatch):
 
 def test_the_local_plan_follows_the_config_and_the_hardware(monkeypatch):
     cfg = load_config(os.path.join(ROOT, "configs", "tiny.yaml"), ["model.device=cpu"])
-    assert plan_devices(cfg, None).describe() == "device cpu, bf16 compute off, collectives gloo"
+    assert plan_devices(cfg, None).describe() == ("device cpu, bf16 compute off, collectives "
+                                                  "gloo, freed host memory kept")
     monkeypatch.setattr(rlvr.device, "cpu_has_native_bf16", lambda: True)
     assert plan_devices(cfg, None).bf16  # an AVX512-BF16 machine computes in bf16 by default
     cfg.model.bf16_autocast = False
     assert not plan_devices(cfg, None).bf16
+    cfg.model.keep_freed_host_memory = False
+    assert not plan_devices(cfg, None).keep_host_memory
+
+
+def test_host_memory_is_kept_where_learners_compute_on_the_host_only():
+    cfg = load_config(os.path.join(ROOT, "configs", "tiny.yaml"),
+                      ["model.device=auto", "distributed.launcher=ray"])
+    assert plan_devices(cfg, 0).keep_host_memory
+    assert not plan_devices(cfg, 2).keep_host_memory  # GPU learners: host buffers are one-offs
+    cfg.model.keep_freed_host_memory = True
+    assert plan_devices(cfg, 2).keep_host_memory
+
+
+_KEEP_AND_FREE = """
+import sys, torch
+from rlvr.device import _current_rss_bytes, keep_freed_host_memory
+if sys.argv[1] == "keep":
+    print(keep_freed_host_memory())
+before = _current_rss_bytes()
+x = torch.ones(64 * 2**20)  # 256 MB, far above glibc's largest mmap threshold (32 MB)
+del x
+print((_current_rss_bytes() - before) / 2**20)
+"""
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's allocator")
+def test_kept_host_memory_is_not_handed_back_to_the_kernel():
+    def freed_but_resident_mb(mode: str) -> tuple[str, float]:
+        out = subprocess.run([sys.executable, "-c", _KEEP_AND_FREE, mode], capture_output=True,
+                             text=True, timeout=120, check=True).stdout.split("\n")
+        return out[0], float(out[-2])
+
+    said, kept_mb = freed_but_resident_mb("keep")
+    assert said == "host allocator keeps freed memory (glibc: no mmap, no trim)"
+    assert kept_mb > 200  # the next step's tensors reuse it without page faults
+    assert freed_but_resident_mb("default")[1] < 50  # glibc unmapped it on free
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")

@@ -12,7 +12,7 @@ import logging
 import os
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import NamedTuple
 
@@ -25,7 +25,7 @@ from rlvr.config import Config, ConfigError, to_dict, to_yaml, warnings_for
 from rlvr.data import DataBundle, LoadedData, load_datasets, tokenize_datasets
 from rlvr.data.templates import check_template_choice, load_chat_template
 from rlvr.device import (HOST, DeviceUnavailable, cluster_device_type, collective_backend,
-                         cpu_has_native_bf16, resolve_device)
+                         cpu_has_native_bf16, keep_freed_host_memory, resolve_device)
 from rlvr.distributed.data_prep import DataPrepActor
 from rlvr.distributed.engine_group import EngineGroup
 from rlvr.distributed.trainer_learner import GroupLearner
@@ -88,12 +88,15 @@ class DevicePlan:
 
     type: str  # a torch device type (`rlvr.device`)
     bf16: bool  # bf16 matmuls (autocast, or FSDP2 mixed precision when sharded)
+    # the learners' processes keep freed host memory (`rlvr.device.keep_freed_host_memory`)
+    keep_host_memory: bool = False
     gpus_per_learner: int = 0
     gpus_per_engine: int = 0
 
     def describe(self) -> str:
         return (f"device {self.type}, bf16 compute {'on' if self.bf16 else 'off'}, "
                 f"collectives {collective_backend(self.type)}"
+                + (", freed host memory kept" if self.keep_host_memory else "")
                 + (f", {self.gpus_per_learner} GPU per learner, {self.gpus_per_engine} per "
                    "engine actor" if self.type != HOST.type else ""))
 
@@ -211,6 +214,8 @@ def build_run(cfg: Config) -> Run:
                    cfg.world_size + r.vllm_num_engines * r.vllm_tensor_parallel_size)
         cluster_gpus = ray_gpus()
     devices = plan_devices(cfg, cluster_gpus)
+    if devices.keep_host_memory and cfg.distributed.launcher != "ray":  # learner runs here
+        log.info(keep_freed_host_memory())
     if cfg.rollout.colocate and devices.type != "cuda":
         raise ConfigError("rollout.colocate=true puts vLLM to sleep (a CUDA feature) so the "
                           f"learner can use its GPU, but this run computes on {devices.type}; "
@@ -276,7 +281,14 @@ def check_template_turns(cfg: Config, tokenizer: object) -> None:
 def plan_devices(cfg: Config, cluster_gpus: float | None) -> DevicePlan:
     """`model.device` against what exists: this process's devices (local launcher), or the Ray
     cluster's GPUs (`cluster_gpus`; the driver of a GPU cluster may have none itself).
-    ConfigError naming what was asked and what exists when it does not fit."""
+    ConfigError naming what was asked and what exists when it does not fit. Host memory is kept
+    where the learners compute on the host, unless `model.keep_freed_host_memory` says."""
+    plan = _device_and_precision(cfg, cluster_gpus)
+    keep = cfg.model.keep_freed_host_memory
+    return replace(plan, keep_host_memory=plan.type == HOST.type if keep is None else keep)
+
+
+def _device_and_precision(cfg: Config, cluster_gpus: float | None) -> DevicePlan:
     m, r = cfg.model, cfg.rollout
     if cluster_gpus is None:
         try:
@@ -331,7 +343,7 @@ def build_learner(cfg: Config, model_dir: str, policy: torch.nn.Module,
                        sharding=d.sharding if cfg.world_size > 1 else
                        "none", cpu_offload=d.cpu_offload, with_reference=cfg.loads_reference,
                        timeout_s=d.collective_timeout_s, num_threads=actor_threads(cfg),
-                       lora=lora)
+                       lora=lora, keep_host_memory=devices.keep_host_memory)
     group = LearnerGroup(spec, num_learners=cfg.world_size, backend="ray",
                          ray_address=d.ray_address or None,
                          learners_per_node=list(d.num_learners_per_node),

@@ -22,7 +22,7 @@ import torch
 from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
 from rlvr.algorithm.losses import LossParams, PolicyLoss
-from rlvr.device import bind, resolve_device
+from rlvr.device import bind, keep_freed_host_memory, resolve_device
 from rlvr.distributed.ray_session import actor_resources, free_endpoint
 from rlvr.distributed.sharding import (ShardingMode, full_weight_layout,
                                        gather_full_state_dict, iter_full_weights, reshard,
@@ -58,6 +58,7 @@ class LearnerSpec:
     # LoRA adapters (`model.lora`), put in before sharding; the reference is then the policy
     # with its adapters off, and engines get merged weights. None: every weight trains.
     lora: LoraSettings | None = None
+    keep_host_memory: bool = False  # `rlvr.device.keep_freed_host_memory` in each rank
 
 
 class LearnerWorker:
@@ -97,6 +98,8 @@ class LearnerWorker:
         # only the GPU it was given, whatever its rank.
         self.device = resolve_device(spec.device, int(os.environ.get("LOCAL_RANK", "0")))
         bind(self.device)
+        if spec.keep_host_memory:
+            keep_freed_host_memory()
         if self.world_size == 1:
             self.world = World.single()
         else:

@@ -2,7 +2,7 @@
 and, with --curve, held-out reward against wall time for full runs.
 
     python benchmarks/async_pipeline.py [--steps 6] [--engine transformers|vllm] [--actors]
-    python benchmarks/async_pipeline.py --curve [--seeds 1 2] [--level 0.9]  # ~15 min a seed
+    python benchmarks/async_pipeline.py --curve [--seeds 1 2] [--level 0.9] [--runs NAME ...]
 
 Each variant is a separate `rlvr train configs/quickstart.yaml ...` process (fresh output dir,
 no eval in the s/step runs). Seconds per step is wall time from the end of step 1 to the end of
@@ -10,9 +10,10 @@ the last step divided by the steps in between (`time/elapsed` in metrics.jsonl),
 loading, engine start-up and the first step's warm-up are left out. Prints both figures and the
 ratio. --actors runs the engine as a Ray actor and the learner as another (each in its own
 process; weights broadcast from the learner). --curve runs full quick-start runs (eval every 5
-steps) with the transformers engine synchronously, vLLM synchronously and vLLM with
-async_steps=1, per seed, prints eval/scores with the wall time at which each was measured, and
-when each first reached --level.
+steps) with the transformers engine synchronously, vLLM synchronously, vLLM with
+async_steps=1 and vLLM synchronously with glibc's default allocator (`--runs` picks), per
+seed, prints eval/scores with the wall time at which each was measured, and when each first
+reached --level.
 """
 
 from __future__ import annotations
@@ -68,6 +69,9 @@ CURVE_RUNS = {
     "transformers sync": ["rollout.engine=transformers", "rollout.async_steps=0"],
     "vllm sync": ["rollout.engine=vllm", "rollout.async_steps=0"],
     "vllm async_steps=1": ["rollout.engine=vllm", "rollout.async_steps=1"],
+    # glibc's default allocator behaviour (freed large blocks unmapped; rlvr.device)
+    "vllm sync, malloc trims": ["rollout.engine=vllm", "rollout.async_steps=0",
+                                "model.keep_freed_host_memory=false"],
 }
 
 
@@ -77,9 +81,10 @@ def first_time_at(rows: list[dict], level: float) -> float | None:
 
 
 def curve(args, tmp: Path) -> None:
-    reached: dict[str, list[float | None]] = {name: [] for name in CURVE_RUNS}
+    runs = {name: CURVE_RUNS[name] for name in args.runs}
+    reached: dict[str, list[float | None]] = {name: [] for name in runs}
     for seed in args.seeds:
-        for name, overrides in CURVE_RUNS.items():
+        for name, overrides in runs.items():
             rows = train(f"{name} seed {seed}", [*overrides, f"experiment.seed={seed}",
                                                  *layout(args)],
                          tmp / f"{name.replace(' ', '_')}_{seed}")
@@ -106,6 +111,8 @@ def main() -> None:
                         help="engine and learner as Ray actors (distributed.launcher=ray)")
     parser.add_argument("--curve", action="store_true")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1], help="--curve: seeds")
+    parser.add_argument("--runs", nargs="+", default=list(CURVE_RUNS), choices=list(CURVE_RUNS),
+                        metavar="NAME", help=f"--curve: which of {list(CURVE_RUNS)}")
     parser.add_argument("--level", type=float, default=0.9,
                         help="--curve: report when eval/scores first reaches this")
     args = parser.parse_args()

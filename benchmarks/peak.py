@@ -1,6 +1,6 @@
 """This machine's matmul peak, and where a quick-start step's time goes against it.
 
-    python benchmarks/peak.py [--steps 3] [--config configs/quickstart.yaml]
+    python benchmarks/peak.py [--steps 3] [--config configs/quickstart.yaml] [key=value ...]
 
 1. The peak: square matmuls (1024 to 4096) in fp32 and bf16, on 1 and 2 threads, best rate.
 2. One quick-start step profiled: `rlvr.build.build_run` on the config, steps 1..N-1 as warm-up,
@@ -42,7 +42,8 @@ SPANS = ("learner.reference", "learner.forward", "learner.loss", "learner.backwa
          "learner.optimizer")
 
 
-def profile_step(config: str, steps: int) -> tuple[dict[str, float], dict[str, float], object]:
+def profile_step(config: str, steps: int, overrides: list[str]
+                 ) -> tuple[dict[str, float], dict[str, float], object]:
     from torch.profiler import ProfilerActivity, profile
 
     from rlvr.build import build_run
@@ -53,7 +54,7 @@ def profile_step(config: str, steps: int) -> tuple[dict[str, float], dict[str, f
                                f"experiment.total_episodes={64 * steps}",
                                "eval.local_eval_every=0", "eval.eval_at_start=false",
                                "checkpoint.save_final=false", "logging.progress_bar=false",
-                               "algorithm.filter_zero_std_samples=false"])
+                               "algorithm.filter_zero_std_samples=false", *overrides])
     run = build_run(cfg)
     try:
         for step in range(1, steps):
@@ -79,6 +80,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="configs/quickstart.yaml")
     parser.add_argument("--steps", type=int, default=3, help="the last one is profiled")
+    parser.add_argument("overrides", nargs="*", help="config overrides (key.sub=value)")
     args = parser.parse_args()
     print(f"{cpu_name()}, {torch.get_num_threads()} torch threads, "
           f"torch {torch.__version__}, CPU capability {torch.backends.cpu.get_cpu_capability()}")
@@ -86,7 +88,7 @@ def main() -> None:
     for (name, threads), flops in sorted(table.items()):
         print(f"  matmul peak {name:8s} {threads} thread{'s' if threads > 1 else ' '}: "
               f"{flops / 1e9:7.1f} GFLOP/s")
-    metrics, spans, run = profile_step(args.config, args.steps)
+    metrics, spans, run = profile_step(args.config, args.steps, args.overrides)
     learner = sum(spans.values())
     gen = metrics.get("time/generation", 0.0) - metrics.get("time/scoring", 0.0)
     rows = [("generation", gen), ("scoring", metrics.get("time/scoring", 0.0)),

@@ -20,7 +20,6 @@ catch any tensor created on an implicit device.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import functools
 import os
 import platform
@@ -140,11 +139,11 @@ def keep_freed_host_memory() -> str:
     Not on a GPU process: its large host buffers (full state dicts for checkpoints) are
     one-offs, and keeping them would hold that much host memory for the rest of the run.
     """
-    path = ctypes.util.find_library("c")
-    libc = ctypes.CDLL(path) if path else None
-    if libc is None or not hasattr(libc, "mallopt") or platform.libc_ver()[0] != "glibc":
+    if platform.libc_ver()[0] != "glibc":
         return "host allocator left as it is (not glibc)"
-    # mallopt returns 1 on success.
+    # The process's own symbols, glibc's among them: no library search (find_library would
+    # run ldconfig in a subprocess). mallopt returns 1 on success.
+    libc = ctypes.CDLL(None)
     if libc.mallopt(_M_MMAP_MAX, 0) != 1 or libc.mallopt(_M_TRIM_THRESHOLD, 2**31 - 1) != 1:
         return "host allocator left as it is (glibc refused mallopt)"
     return "host allocator keeps freed memory (glibc: no mmap, no trim)"

@@ -11,8 +11,8 @@ loading, engine start-up and the first step's warm-up are left out. Prints both 
 ratio. --actors runs the engine as a Ray actor and the learner as another (each in its own
 process; weights broadcast from the learner). --curve runs full quick-start runs (eval every 5
 steps) with the transformers engine synchronously, vLLM synchronously, vLLM with
-async_steps=1 and vLLM synchronously with glibc's default allocator (`--runs` picks), per
-seed, prints eval/scores with the wall time at which each was measured, and when each first
+async_steps=1, vLLM synchronously with fp32 weights and vLLM synchronously with glibc's default
+allocator (`--runs` picks), per seed, prints eval/scores with the wall time at which each was measured, and when each first
 reached --level.
 """
 
@@ -69,6 +69,9 @@ CURVE_RUNS = {
     "transformers sync": ["rollout.engine=transformers", "rollout.async_steps=0"],
     "vllm sync": ["rollout.engine=vllm", "rollout.async_steps=0"],
     "vllm async_steps=1": ["rollout.engine=vllm", "rollout.async_steps=1"],
+    # the engine's weights in fp32 (rollout.dtype=auto is bf16 where the CPU has it natively)
+    "vllm sync, fp32 engine": ["rollout.engine=vllm", "rollout.async_steps=0",
+                               "rollout.dtype=float32"],
     # glibc's default allocator behaviour (freed large blocks unmapped; rlvr.device)
     "vllm sync, malloc trims": ["rollout.engine=vllm", "rollout.async_steps=0",
                                 "model.keep_freed_host_memory=false"],

@@ -78,6 +78,33 @@ def test_the_local_plan_follows_the_config_and_the_hardware(monkeypatch):
     assert not plan_devices(cfg, None).keep_host_memory
 
 
+def test_the_engine_samples_in_the_dtype_the_run_computes_in(monkeypatch):
+    """rollout.dtype=auto: a bf16 engine where the learner computes in bf16 (a CPU with
+    AVX512-BF16, a GPU), fp32 where bf16 would be emulated; the engine actors, servers and the
+    engine in process all take it from the same plan."""
+    from rlvr.launch.servers import server_settings
+    from rlvr.settings import engine_settings
+
+    cfg = load_config(os.path.join(ROOT, "configs", "tiny.yaml"), ["model.device=cpu"])
+    assert cfg.rollout.dtype == "auto"
+
+    def engine_dtype() -> str:
+        plan = plan_devices(cfg, None)
+        return engine_settings(cfg, plan.type, plan.bf16).dtype
+
+    assert engine_dtype() == "float32"  # conftest: this CPU has no native bf16
+    assert server_settings(cfg, "m", "cpu", bf16=False).dtype == "float32"
+    monkeypatch.setattr(rlvr.device, "cpu_has_native_bf16", lambda: True)
+    assert engine_dtype() == "bfloat16"
+    assert server_settings(cfg, "m", "cpu", bf16=True).dtype == "bfloat16"
+    assert plan_devices(load_config(os.path.join(ROOT, "configs", "tiny.yaml"),
+                                    ["distributed.launcher=ray"]), 2).bf16  # GPU cluster
+    cfg.model.bf16_autocast = False  # the run computes in fp32: so does its engine
+    assert engine_dtype() == "float32"
+    cfg.model.bf16_autocast, cfg.rollout.dtype = None, "float32"  # said outright: kept
+    assert engine_dtype() == "float32"
+
+
 def test_host_memory_is_kept_where_learners_compute_on_the_host_only():
     cfg = load_config(os.path.join(ROOT, "configs", "tiny.yaml"),
                       ["model.device=auto", "distributed.launcher=ray"])

@@ -24,8 +24,8 @@ from rlvr.checkpoint.state import TrainingState, load_latest_state
 from rlvr.config import Config, ConfigError, to_dict, to_yaml, warnings_for
 from rlvr.data import DataBundle, LoadedData, load_datasets, tokenize_datasets
 from rlvr.data.templates import check_template_choice, load_chat_template
-from rlvr.device import (HOST, DeviceUnavailable, cluster_device_type, collective_backend,
-                         cpu_has_native_bf16, keep_freed_host_memory, resolve_device)
+from rlvr.device import (HOST, DeviceUnavailable, cluster_bf16, cluster_device_type,
+                         collective_backend, keep_freed_host_memory, resolve_device)
 from rlvr.distributed.data_prep import DataPrepActor
 from rlvr.distributed.engine_group import EngineGroup
 from rlvr.distributed.trainer_learner import GroupLearner
@@ -300,18 +300,16 @@ def _device_and_precision(cfg: Config, cluster_gpus: float | None) -> DevicePlan
     engine_gpus = r.vllm_num_engines * r.vllm_tensor_parallel_size
     wanted = learner_gpus + engine_gpus
     device_type = cluster_device_type(m.device, cluster_gpus)
+    bf16 = cluster_bf16(device_type, m.bf16_autocast)
     if device_type == HOST.type:
-        return DevicePlan(device_type, m.bf16_autocast if m.bf16_autocast is not None
-                          else cpu_has_native_bf16())
+        return DevicePlan(device_type, bf16)
     if cluster_gpus < wanted:
         raise ConfigError(
             f"model.device={m.device}: the run needs {wanted} GPUs ({learner_gpus} learners "
             f"from distributed.num_learners_per_node={list(cfg.distributed.num_learners_per_node)}"
             f" + rollout.vllm_num_engines={r.vllm_num_engines} x vllm_tensor_parallel_size="
             f"{r.vllm_tensor_parallel_size}), but the Ray cluster has {cluster_gpus:g}")
-    # Every GPU rlvr is meant for (A100, H100, L40, ...) computes in bf16; a learner on one
-    # that does not is told so when it starts (`LearnerWorker.setup`).
-    return DevicePlan(device_type, True if m.bf16_autocast is None else m.bf16_autocast,
+    return DevicePlan(device_type, bf16,
                       gpus_per_learner=1, gpus_per_engine=r.vllm_tensor_parallel_size)
 
 
@@ -355,7 +353,7 @@ def build_engine(cfg: Config, model_dir: str, eos_ids: tuple[int, ...],
                  pad_id: int, devices: DevicePlan) -> RolloutEngine:
     """The engine in this process, or `rollout.vllm_num_engines` engine actors behind the same
     protocol."""
-    r, settings = cfg.rollout, engine_settings(cfg, devices.type)
+    r, settings = cfg.rollout, engine_settings(cfg, devices.type, devices.bf16)
     if r.vllm_num_engines == 0:
         return create_engine(r.engine, model_dir, settings, eos_ids, pad_id)
     # Resolved here: the actors' tensor-parallel ranks depend on which engine it is.

@@ -82,7 +82,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     cfg = load_config(*_split_args(args.items))
     model_dir = resolve_model_dir(args.model)
-    settings = server_settings(cfg, model_dir, resolve_device(cfg.model.device).type,
+    device = resolve_device(cfg.model.device)
+    settings = server_settings(cfg, model_dir, device.type,
+                               device.bf16_compute(cfg.model.bf16_autocast),
                                host=args.host, port=args.port)
     server = ServerProcess(settings, log_path=args.log)
     stop = []

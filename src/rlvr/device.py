@@ -49,6 +49,17 @@ def cluster_device_type(requested: str, cluster_gpus: float) -> str:
     return "cuda"
 
 
+def cluster_bf16(device_type: str, requested: bool | None) -> bool:
+    """bf16 compute for processes on a Ray cluster's `device_type` devices, decided on the
+    driver, which may see none of them: `requested` when the config says; else the CPU's flags
+    on CPU clusters (the driver's CPU stands for its nodes'), and on for GPUs (every GPU rlvr
+    is meant for, A100, H100, L40, ..., computes in bf16; a learner on one that does not is
+    told so when it starts, `LearnerWorker.setup`)."""
+    if requested is not None:
+        return requested
+    return cpu_has_native_bf16() if device_type == HOST.type else True
+
+
 class DeviceUnavailable(ValueError):
     """The device asked for does not exist here; the message says what does."""
 

@@ -55,7 +55,7 @@ def build_eval(cfg: Config) -> EvalParts:
                  "applies to training)", cfg.rollout.engine, cfg.rollout.vllm_num_engines)
     devices = plan_devices(cfg, None)
     # No learner shares the device: a colocated engine has no reason to sleep.
-    settings = replace(engine_settings(cfg, devices.type), colocate=False)
+    settings = replace(engine_settings(cfg, devices.type, devices.bf16), colocate=False)
     engine = create_engine(cfg.rollout.engine, model_dir, settings,
                            generation_eos_ids(model_dir, tokenizer), tokenizer.pad_token_id)
     return EvalParts(evaluator=Evaluator(data.eval_sets, eval_settings(cfg)), engine=engine,

@@ -331,7 +331,7 @@ def validate(cfg: Config) -> None:
     _choice(errors, "checkpoint.state_format", cfg.checkpoint.state_format, {"full", "sharded"})
     _check_gpu_settings(errors, cfg)
     _check_lora(errors, cfg)
-    _choice(errors, "rollout.dtype", r.dtype, {"float32", "bfloat16"})
+    _choice(errors, "rollout.dtype", r.dtype, {"auto", "float32", "bfloat16"})
     _choice(errors, "data.on_bad_row", cfg.data.on_bad_row, {"error", "skip"})
     _choice(errors, "logging.wandb_mode", cfg.logging.wandb_mode, {"online", "offline", "disabled"})
     positive = {

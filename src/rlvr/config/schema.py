@@ -157,7 +157,9 @@ class RolloutConfig:
     temperature: float = 1.0
     top_p: float = 1.0
     stop_strings: list[str] = field(default_factory=list)
-    dtype: str = "float32"  # engine's own copy of the weights: float32 | bfloat16
+    # The engine's own copy of the weights: auto | float32 | bfloat16. auto: bfloat16 where the
+    # run computes in bf16 (model.bf16_autocast, resolved for its device), else float32.
+    dtype: str = "auto"
     max_batch_rows: int = 256  # sequences decoded together (transformers engine)
     # Asynchronous generation: batches for steps t+1..t+async_steps are generated while step t
     # trains; results older than async_steps are dropped. 0 is synchronous and reproducible.

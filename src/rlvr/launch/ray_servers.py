@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Callable
 
 from rlvr.config import Config
-from rlvr.device import HOST, cluster_device_type
+from rlvr.device import HOST, cluster_bf16, cluster_device_type
 from rlvr.launch.servers import _die_with_parent, server_settings
 from rlvr.serving.server import ServerProcess, ServerSettings
 
@@ -63,7 +63,8 @@ class RayServers:
         ensure_ray(cfg.distributed.ray_address or None, cfg.world_size + r.num_servers)
         device_type = cluster_device_type(cfg.model.device, cluster_gpus())
         gpu = device_type != HOST.type
-        settings = server_settings(cfg, self.model_dir, device_type)
+        settings = server_settings(cfg, self.model_dir, device_type,
+                                   cluster_bf16(device_type, cfg.model.bf16_autocast))
         options = ({"num_gpus": r.vllm_tensor_parallel_size, "num_cpus": 1} if gpu
                    else {"num_cpus": 1})
         actor_cls = ray.remote(ServerActorBody)

@@ -55,8 +55,9 @@ def _start_servers(cfg: Config) -> AbstractContextManager:
         from rlvr.launch.ray_servers import RayServers
 
         return RayServers(cfg, model_dir, log_dir)
-    device = resolve_device(cfg.model.device).type
-    settings = server_settings(cfg, model_dir, device)
+    here = resolve_device(cfg.model.device)
+    device = here.type
+    settings = server_settings(cfg, model_dir, device, here.bf16_compute(cfg.model.bf16_autocast))
     if device == "cuda":  # ---- GPU only: the learner keeps GPU 0, each server tp of its own
         return LocalServers(settings, r.num_servers, log_dir, r.server_port,
                             r.server_startup_timeout_s,

@@ -23,17 +23,20 @@ from dataclasses import replace
 from pathlib import Path
 
 from rlvr.config import Config
+from rlvr.settings import engine_dtype
 from rlvr.serving.server import ServerProcess, ServerSettings, ServerStartError
 
 log = logging.getLogger(__name__)
 
 
-def server_settings(cfg: Config, model_dir: str, device: str, host: str = "127.0.0.1",
-                    port: int = 0) -> ServerSettings:
-    """The server a run's engine expects: the rollout section's vLLM settings, the run's seed."""
+def server_settings(cfg: Config, model_dir: str, device: str, bf16: bool,
+                    host: str = "127.0.0.1", port: int = 0) -> ServerSettings:
+    """The server a run's engine expects: the rollout section's vLLM settings, the run's seed,
+    weights in `engine_dtype` for a device that computes in bf16 or not."""
     r = cfg.rollout
     return ServerSettings(
-        model=model_dir, host=host, port=port, dtype=r.dtype, max_model_len=r.vllm_max_model_len,
+        model=model_dir, host=host, port=port, dtype=engine_dtype(r.dtype, bf16),
+        max_model_len=r.vllm_max_model_len,
         block_size=r.vllm_block_size, kv_cache_gb=r.vllm_kv_cache_gb,
         gpu_memory_utilization=r.vllm_gpu_memory_utilization,
         tensor_parallel_size=r.vllm_tensor_parallel_size,

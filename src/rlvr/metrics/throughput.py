@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from rlvr.config import Config
+from rlvr.device import HOST
 from rlvr.learner import UpdateResult
 
 
@@ -36,7 +37,7 @@ def measure_matmul_flops(dtype: torch.dtype, size: int = 1024, seconds: float = 
                          device: torch.device | None = None) -> float:
     """FLOP/s of square matmuls of `size` in `dtype` on `device` (default: the CPU, at the
     current torch thread count): the best of repeated timings over about `seconds`."""
-    device = device or torch.device("cpu")
+    device = device or HOST
     a = torch.randn(size, size, device=device).to(dtype)
     b = torch.randn(size, size, device=device).to(dtype)
     torch.mm(a, b)  # warm-up: kernel selection, page faults

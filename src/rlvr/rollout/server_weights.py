@@ -57,8 +57,8 @@ def write_weights_dir(named_tensors: NamedTensors, target: Path, tied_embeddings
     seen: set[int] = set()
     for name, tensor in weights:
         t = tensor.detach().contiguous()
-        if t.device.type != "cpu" or t.untyped_storage().data_ptr() in seen:
-            t = t.to("cpu", copy=True)  # safetensors refuses shared storage and device memory
+        if t.device != HOST or t.untyped_storage().data_ptr() in seen:
+            t = t.to(HOST, copy=True)  # safetensors refuses shared storage and device memory
         seen.add(t.untyped_storage().data_ptr())
         tensors[name] = t
     tmp = fresh_tmp_dir(target)

@@ -9,11 +9,12 @@ addition, scored by the last number in the answer), 8 prompts x 8 samples a step
 at temperature 1, learning rate 2e-5 (2 warm-up steps, then constant), no KL term, DAPO's
 clipping (0.2 / 0.28) and token-level loss, rewards normalised per group. Each framework runs
 alone, in its own process with both cores, with its best settings for this machine:
-- rlvr: `configs/quickstart.yaml` as shipped (vLLM in process for generation, packed
-  sequences, bf16 matmuls where the CPU has them natively);
+- rlvr: `configs/quickstart.yaml` as shipped (vLLM in process for generation, its weights in
+  bf16 where the CPU has bf16 natively, packed sequences, bf16 matmuls likewise);
 - TRL 1.16: `use_cpu=True`, generation with transformers (TRL's vLLM modes need CUDA), bf16
   where native (else fp32), the whole batch in one pass (no accumulation), no gradient
-  checkpointing.
+  checkpointing, and the allocator setting rlvr's process has (glibc keeps freed memory,
+  `rlvr.device.keep_freed_host_memory`; a setting of the process, not of the framework).
 Every `--save-every` steps each side saves a checkpoint; the clock stops while it saves, so
 the time is training time only (generation, scoring, updates, weight sync). After training, one
 evaluator (rlvr's, vLLM, greedy, the quick start's 32 held-out prompts of that seed, which
@@ -83,9 +84,10 @@ def train_trl(args) -> None:
 
     from rlvr.build import build_data
     from rlvr.config import load_config
-    from rlvr.device import cpu_has_native_bf16
+    from rlvr.device import cpu_has_native_bf16, keep_freed_host_memory
     from rlvr.models import load_causal_lm, load_tokenizer, resolve_model_dir
 
+    keep_freed_host_memory()  # the process-wide allocator setting rlvr's process has too
     out = Path(args.out)
     cfg = load_config("configs/quickstart.yaml", quickstart_overrides(args.seed, out,
                                                                       args.max_steps))
@@ -155,7 +157,8 @@ def evaluate(args) -> None:
                       quickstart_overrides(args.seed, Path(args.out), 1, ["rollout.engine=vllm"]))
     model_dir, tokenizer, data = build_data(cfg)
     evaluator = Evaluator(data.eval_sets, eval_settings(cfg))
-    engine = create_engine("vllm", model_dir, engine_settings(cfg, "cpu"),
+    # fp32 weights whatever the CPU: one fixed evaluator for both sides and every session's runs
+    engine = create_engine("vllm", model_dir, engine_settings(cfg, "cpu", bf16=False),
                            (tokenizer.eos_token_id,), tokenizer.pad_token_id)
     scorer = RewardScorer.from_settings(scorer_settings(cfg))
     try:

@@ -9,7 +9,8 @@ of each is a warm-up and is not counted. rlvr runs as a user would run it: `roll
 (vLLM where installed); TRL generates with transformers (its vLLM modes need CUDA). The two
 sides' policies drift apart and may write answers of different lengths, so the ratio is of
 completion tokens per second (each side's own generated tokens over its own wall time), not of
-seconds per step; both are printed.
+seconds per step; both are printed. Both processes keep freed host memory (glibc: no mmap, no
+trim, `rlvr.device.keep_freed_host_memory`), which rlvr sets for its own process on CPU.
 
     python benchmarks/vs_trl.py                      # SmolLM2-135M, 8 prompts x 8, 64 tokens
     python benchmarks/vs_trl.py --model tiny-llama   # a quick check of the harness
@@ -72,8 +73,10 @@ def run_trl(args: argparse.Namespace) -> list[float]:
     from trl import GRPOConfig, GRPOTrainer
 
     from rlvr.data.tasks import PROCEDURAL_TASKS
+    from rlvr.device import keep_freed_host_memory
     from rlvr.models import load_causal_lm, load_tokenizer, resolve_model_dir
 
+    keep_freed_host_memory()  # the process-wide allocator setting rlvr's process has too
     steps = args.steps + 1
     examples = PROCEDURAL_TASKS["addition"]("train", 1)[: steps * args.prompts]
     dataset = Dataset.from_list([{"prompt": list(e.messages), "ground_truth": e.ground_truth}

@@ -25,7 +25,10 @@ def vllm_server(tiny_model_dir, tmp_path_factory):
         pytest.skip(f"vLLM is not installed: {INSTALL_HINT}")
     log = tmp_path_factory.mktemp("vllm_server") / "server.log"
     cmd = [sys.executable, "-m", "rlvr.cli", "serve", tiny_model_dir,
-           "rollout.vllm_kv_cache_gb=0.05", "rollout.vllm_max_model_len=1024", "--port", "0",
+           "rollout.vllm_kv_cache_gb=0.05", "rollout.vllm_max_model_len=1024",
+           # fp32 weights: the tests hold its logprobs to the learner's at fp32 tolerances, and
+           # `rlvr serve` runs in its own process, out of reach of conftest's bf16 pin.
+           "rollout.dtype=float32", "--port", "0",
            "--log", str(log), "--startup-timeout", str(STARTUP_TIMEOUT_S)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)

@@ -12,8 +12,8 @@ ratio. --actors runs the engine as a Ray actor and the learner as another (each 
 process; weights broadcast from the learner). --curve runs full quick-start runs (eval every 5
 steps) with the transformers engine synchronously, vLLM synchronously, vLLM with
 async_steps=1, vLLM synchronously with fp32 weights and vLLM synchronously with glibc's default
-allocator (`--runs` picks), per seed, prints eval/scores with the wall time at which each was measured, and when each first
-reached --level.
+allocator (`--runs` picks), per seed, prints eval/scores with the wall time at which each was
+measured, and when each first reached --level.
 """
 
 from __future__ import annotations

@@ -75,7 +75,7 @@ def engine_dtype(requested: str, bf16: bool) -> str:
     return "bfloat16" if bf16 else "float32"
 
 
-def engine_settings(cfg: Config, device: str = "auto", bf16: bool = False) -> EngineSettings:
+def engine_settings(cfg: Config, device: str, bf16: bool) -> EngineSettings:
     """The rollout section's fields an engine reads (same names), for engines here or in
     actors, the run's device type, and its weight dtype (`engine_dtype`, from whether the run
     computes in bf16); nothing the trainer alone uses travels with them."""

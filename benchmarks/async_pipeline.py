@@ -11,9 +11,9 @@ loading, engine start-up and the first step's warm-up are left out. Prints both 
 ratio. --actors runs the engine as a Ray actor and the learner as another (each in its own
 process; weights broadcast from the learner). --curve runs full quick-start runs (eval every 5
 steps) with the transformers engine synchronously, vLLM synchronously, vLLM with
-async_steps=1, vLLM synchronously with fp32 weights and vLLM synchronously with glibc's default
-allocator (`--runs` picks), per seed, prints eval/scores with the wall time at which each was
-measured, and when each first reached --level.
+async_steps=1, vLLM synchronously with fp32 weights, with one micro-batch and with glibc's
+default allocator (`--runs` picks), per seed, prints eval/scores with the wall time at which each
+was measured, the peak RSS, and when each first reached --level.
 """
 
 from __future__ import annotations
@@ -72,6 +72,9 @@ CURVE_RUNS = {
     # the engine's weights in fp32 (rollout.dtype=auto is bf16 where the CPU has it natively)
     "vllm sync, fp32 engine": ["rollout.engine=vllm", "rollout.async_steps=0",
                                "rollout.dtype=float32"],
+    # the whole batch in one forward and backward (the quick start splits it in two)
+    "vllm sync, one micro-batch": ["rollout.engine=vllm", "rollout.async_steps=0",
+                                   "algorithm.num_mini_batches=1"],
     # glibc's default allocator behaviour (freed large blocks unmapped; rlvr.device)
     "vllm sync, malloc trims": ["rollout.engine=vllm", "rollout.async_steps=0",
                                 "model.keep_freed_host_memory=false"],
@@ -94,8 +97,9 @@ def curve(args, tmp: Path) -> None:
             points = [f"{r['time/elapsed']:4.0f}s:{r['eval/scores']:.2f}"
                       for r in rows if "eval/scores" in r]
             print(f"{name:20s} seed {seed}  eval/scores at wall time: {'  '.join(points)}")
+            peak_rss = max(r.get("memory/peak_rss_gb", 0.0) for r in rows)
             print(f"{'':28s} total {rows[-1]['time/elapsed']:.0f} s, "
-                  f"{seconds_per_step(rows):.1f} s/step", flush=True)
+                  f"{seconds_per_step(rows):.1f} s/step, peak RSS {peak_rss:.1f} GB", flush=True)
             reached[name].append(first_time_at(rows, args.level))
     print(f"first eval >= {args.level} (wall seconds; seeds {args.seeds}):")
     for name, times in reached.items():

@@ -4,6 +4,7 @@ into them, and a dead engine ends the call with a clear error instead of a hang.
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 
 import pytest
 import torch
@@ -17,15 +18,27 @@ PROMPTS = [[5, 17, 33], [8, 9], [40, 41, 42, 43], [7], [100, 3, 4]]
 GREEDY = SamplingParams(n=2, temperature=0.0, max_tokens=6)
 
 
-def _engines(tiny_model_dir, tiny_tokenizer, n: int) -> EngineGroup:
-    return EngineGroup(n, "transformers", tiny_model_dir, EngineSettings(),
+def _engines(tiny_model_dir, tiny_tokenizer, n: int, dtype: str = "float32") -> EngineGroup:
+    return EngineGroup(n, "transformers", tiny_model_dir, EngineSettings(dtype=dtype),
                        (tiny_tokenizer.eos_token_id,), tiny_tokenizer.pad_token_id,
                        num_threads=1, cpus_per_engine=1.0, timeout_s=60)
 
 
-def _local(tiny_model_dir, tiny_tokenizer):
-    return create_engine("transformers", tiny_model_dir, EngineSettings(),
+def _local(tiny_model_dir, tiny_tokenizer, dtype: str = "float32"):
+    return create_engine("transformers", tiny_model_dir, EngineSettings(dtype=dtype),
                          (tiny_tokenizer.eos_token_id,), tiny_tokenizer.pad_token_id)
+
+
+@contextmanager
+def one_thread():
+    """As the actors compute (`num_threads=1`): bf16 sums split over other thread counts
+    may round apart."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
 
 
 def _tokens(groups):
@@ -41,21 +54,28 @@ def test_split_evenly(items, parts, want):
     assert split_evenly(items, parts) == want
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_two_engine_actors_answer_like_one_local_engine_and_take_pushed_weights(
-        ray_session, tiny_model_dir, tiny_tokenizer):
-    local = _local(tiny_model_dir, tiny_tokenizer)
-    engines = _engines(tiny_model_dir, tiny_tokenizer, 2)
+        ray_session, tiny_model_dir, tiny_tokenizer, dtype):
+    """fp32 weights pushed to bf16 engines travel in bf16 (half the bytes) and load as the
+    local engine's own cast of them."""
+    local = _local(tiny_model_dir, tiny_tokenizer, dtype)
+    engines = _engines(tiny_model_dir, tiny_tokenizer, 2, dtype)
     try:
-        assert _tokens(engines.generate(PROMPTS, GREEDY)) == _tokens(local.generate(PROMPTS,
-                                                                                    GREEDY))
+        with one_thread():
+            want = local.generate(PROMPTS, GREEDY)
+        assert _tokens(engines.generate(PROMPTS, GREEDY)) == _tokens(want)
         gen = torch.Generator().manual_seed(3)
-        new = {name: t + torch.randn(t.shape, generator=gen) * 0.5
+        new = {name: t.float() + torch.randn(t.shape, generator=gen) * 0.5
                for name, t in local.model.state_dict().items()}
         for version in (1, 2):  # the group forms at the first push and is reused
             new = {name: t * 0.9 for name, t in new.items()}
             engines.update_weights(new.items(), version)
             local.update_weights(new.items(), version)
-            got, want = engines.generate(PROMPTS, GREEDY), local.generate(PROMPTS, GREEDY)
+            assert {spec.dtype for spec in engines._transport.wire} == {getattr(torch, dtype)}
+            with one_thread():
+                want = local.generate(PROMPTS, GREEDY)
+            got = engines.generate(PROMPTS, GREEDY)
             assert _tokens(got) == _tokens(want)
             assert {c.model_version for g in got for c in g} == {version}
             for g_got, g_want in zip(got, want):

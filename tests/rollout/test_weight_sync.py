@@ -18,7 +18,7 @@ from rlvr.device import HOST
 from rlvr.learner.forward import forward_logprobs
 from rlvr.rollout.vllm_engine import vllm_available  # imports no vLLM
 from rlvr.rollout.weight_sync import (BroadcastReceiver, BroadcastTransport, TensorSpec,
-                                      cut_buckets, layout_of)
+                                      cut_buckets, layout_of, wire_layout)
 from rlvr.types import SamplingParams
 
 PROMPTS = [[1, 90, 91, 92, 2, 1, 70], [1, 80, 81, 2, 1, 70, 71, 72, 73]]
@@ -202,7 +202,8 @@ class _RecordingEngine:
 
 
 def _sync_in_threads(pushes: list[dict[str, torch.Tensor]], num_receivers: int,
-                     bucket_bytes: int, default_device: str | None = None):
+                     bucket_bytes: int, default_device: str | None = None,
+                     wire_dtype: torch.dtype | None = None):
     """A sender and `num_receivers` receivers, each in a thread, over gloo: the sender pushes
     each dict as versions 1, 2, ... then closes. Returns (transport, receivers, engines)."""
     port, errors, out = _free_port(), [], {}
@@ -221,7 +222,7 @@ def _sync_in_threads(pushes: list[dict[str, torch.Tensor]], num_receivers: int,
     def send():
         transport = BroadcastTransport("127.0.0.1", port, num_receivers,
                                        layout_of(pushes[0].items()), timeout_s=30,
-                                       bucket_bytes=bucket_bytes)
+                                       bucket_bytes=bucket_bytes, wire_dtype=wire_dtype)
         out["transport"] = transport
         for version, weights in enumerate(pushes, start=1):
             transport.push(iter(weights.items()), version)
@@ -264,6 +265,38 @@ def test_two_receivers_get_the_exact_weights_bucket_by_bucket():
         assert [v for v, _ in engine.pushes] == [1, 2]  # one update per push, then the close
         for (_, got), want in zip(engine.pushes, pushes):
             _assert_exactly_equal(got, want)
+
+
+def test_wire_layout_casts_floating_weights_only():
+    layout = [TensorSpec("w", (2, 3), torch.float32), TensorSpec("h", (4,), torch.float64),
+              TensorSpec("b", (2,), torch.bfloat16), TensorSpec("steps", (5,), torch.int64),
+              TensorSpec("mask", (7,), torch.bool)]
+    assert wire_layout(layout, None) == layout
+    assert [s.dtype for s in wire_layout(layout, torch.bfloat16)] == [
+        torch.bfloat16, torch.bfloat16, torch.bfloat16, torch.int64, torch.bool]
+    assert [(s.name, s.shape) for s in wire_layout(layout, torch.bfloat16)] == [
+        (s.name, s.shape) for s in layout]
+
+
+def test_floating_weights_travel_in_the_wire_dtype_at_half_the_bytes():
+    """fp32 (and fp64) weights pushed to bf16 engines arrive as the sender's bf16 cast of
+    them, in buckets of fewer bytes; integer and boolean tensors arrive exactly."""
+    pushes = [_mixed_weights(seed=4)]
+    plain, _, _ = _sync_in_threads(pushes, num_receivers=1, bucket_bytes=16 * 1024)
+    transport, receivers, engines = _sync_in_threads(pushes, num_receivers=1,
+                                                     bucket_bytes=16 * 1024,
+                                                     wire_dtype=torch.bfloat16)
+    assert receivers[0].layout == transport.wire  # receivers read the wire layout
+    want = {name: t.to(torch.bfloat16) if t.is_floating_point() else t
+            for name, t in pushes[0].items()}
+    _assert_exactly_equal(engines[0].pushes[0][1], want)
+    sent = sum(b.nbytes for b in transport.buckets)
+    assert sent < 0.6 * sum(b.nbytes for b in plain.buckets)
+    # The push is still checked against the sender's own dtypes.
+    with pytest.raises(ValueError, match="does not match"):
+        BroadcastTransport("127.0.0.1", _free_port(), 0, layout_of(pushes[0].items()),
+                           timeout_s=30, wire_dtype=torch.bfloat16).push(
+            iter(want.items()), version=1)
 
 
 def test_no_tensor_is_created_on_an_implicit_device():
@@ -407,6 +440,7 @@ def test_vllm_workers_load_a_bucketed_push_through_the_worker_extension(tiny_mod
         ranks = llm.collective_rpc("init_weight_group", args=("127.0.0.1", port, 1, 2),
                                    kwargs={"backend": "gloo", "timeout_s": 60})
         assert ranks == [1]
+        assert llm.collective_rpc("weight_dtype") == ["float32"]  # what a sender casts to
         assert llm.collective_rpc("receive_weights", args=(1,)) == [1]
         thread.join(timeout=60)
         assert not errors and not thread.is_alive()
@@ -433,3 +467,25 @@ def test_tied_head_follows_the_embedding_and_replaces_a_pushed_head():
                                                      ("lm_head.weight", True)]
     assert [n for n, _ in got] == ["model.embed_tokens.weight", "lm_head.weight",
                                    "model.norm.weight"]
+
+
+class _DtypeServer:
+    """A server client whose workers report their weights' dtype."""
+
+    def __init__(self, *dtypes: str):
+        self.dtypes = list(dtypes)
+
+    def collective_rpc(self, method: str, timeout_s: float | None = None) -> list:
+        assert method == "weight_dtype"
+        return self.dtypes
+
+
+def test_servers_get_weights_in_the_dtype_all_their_workers_hold():
+    from rlvr.rollout.server_weights import servers_weight_dtype
+
+    assert servers_weight_dtype([_DtypeServer("bfloat16", "bfloat16"),
+                                 _DtypeServer("bfloat16")], 10) == torch.bfloat16
+    assert servers_weight_dtype([_DtypeServer("float32")], 10) == torch.float32
+    # Servers that disagree, or a dtype rlvr does not send: the learner's own dtypes.
+    assert servers_weight_dtype([_DtypeServer("bfloat16"), _DtypeServer("float32")], 10) is None
+    assert servers_weight_dtype([_DtypeServer("float16")], 10) is None

@@ -24,6 +24,7 @@ import torch
 from rlvr.distributed.actor_calls import ActorGroup
 from rlvr.distributed.engine_worker import Endpoint, EngineWorker
 from rlvr.distributed.ray_session import ensure_ray, free_endpoint, thread_env
+from rlvr.models import DTYPES
 from rlvr.rollout.base import EngineSettings
 from rlvr.rollout.seeds import derive_seed
 from rlvr.rollout.weight_sync import DEFAULT_BUCKET_BYTES, BroadcastTransport, layout_of
@@ -81,7 +82,7 @@ class EngineGroup:
                                        pad_token_id, num_threads)
                       for _ in range(num_engines)], timeout_s,
                      ranks_per_engine=cfg.vllm_tensor_parallel_size if engine_name == "vllm"
-                     else 1, bucket_bytes=bucket_bytes)
+                     else 1, bucket_bytes=bucket_bytes, weight_dtype=DTYPES[cfg.dtype])
         self._actors.call("ready", [()] * num_engines, "start", timeout_s=timeout_s)
 
     @classmethod
@@ -93,11 +94,14 @@ class EngineGroup:
         return group
 
     def _attach(self, actors: list, timeout_s: float, ranks_per_engine: int = 1,
-                bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> None:
-        """The state both constructors set up."""
+                bucket_bytes: int = DEFAULT_BUCKET_BYTES,
+                weight_dtype: torch.dtype | None = None) -> None:
+        """The state both constructors set up. `weight_dtype`: the engines' weights, in which
+        floating-point weights are broadcast (`wire_layout`); None: as the sender holds them."""
         self.num_engines, self.timeout_s = len(actors), timeout_s
         # Each vLLM worker (one per tensor-parallel rank) receives weights as a rank of its own.
         self.ranks_per_engine, self.bucket_bytes = ranks_per_engine, bucket_bytes
+        self.weight_dtype = weight_dtype
         self._transport: BroadcastTransport | None = None  # when this process is the sender
         self._endpoint: Endpoint | None = None
         self._actors = ActorGroup(actors, "engine group", "engine actor", EngineGroupError)
@@ -130,7 +134,8 @@ class EngineGroup:
             if self._transport is None:  # blocks until every engine has joined
                 self._transport = BroadcastTransport(*self.endpoint(), self.num_receivers,
                                                      layout_of(named), self.timeout_s,
-                                                     bucket_bytes=self.bucket_bytes)
+                                                     bucket_bytes=self.bucket_bytes,
+                                                     wire_dtype=self.weight_dtype)
             self._transport.push(named, version)
 
         self.receive_while(send)

@@ -129,11 +129,12 @@ class LearnerGroup:
         return self._call("weight_sync_endpoint", [()] + [None] * (self.num_learners - 1))[0]
 
     def push_weights(self, version: int, endpoint: tuple[str, int], num_receivers: int,
-                     bucket_bytes: int) -> None:
+                     bucket_bytes: int, wire_dtype: torch.dtype | None = None) -> None:
         """Every rank gathers; rank 0 broadcasts to the `num_receivers` engine ranks at
-        `endpoint`, which must be receiving meanwhile (`EngineGroup.receive_while`)."""
-        self._call("push_weights",
-                   [(version, endpoint, num_receivers, bucket_bytes)] * self.num_learners)
+        `endpoint`, which must be receiving meanwhile (`EngineGroup.receive_while`), its
+        floating-point weights in `wire_dtype` (the engines'; None: the learner's)."""
+        self._call("push_weights", [(version, endpoint, num_receivers, bucket_bytes,
+                                     wire_dtype)] * self.num_learners)
 
     def update_reference(self, alpha: float) -> None:
         self._call("update_reference", [(alpha,)] * self.num_learners)

@@ -162,12 +162,15 @@ class LearnerWorker:
         return free_endpoint()
 
     def push_weights(self, version: int, endpoint: tuple[str, int], num_engines: int,
-                     bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> None:
+                     bucket_bytes: int = DEFAULT_BUCKET_BYTES,
+                     wire_dtype: torch.dtype | None = None) -> None:
         """Gather the full weights (a collective) and broadcast them from rank 0 to the
         engines in buckets of at most `bucket_bytes`, over this rank's backend (NCCL from a
         GPU, gloo from a CPU); the first push also forms the group at `endpoint` (from
         `weight_sync_endpoint`), blocking until every engine has joined. `num_engines` counts
-        receiving ranks. The bucket size is fixed by the first push."""
+        receiving ranks. Floating-point weights travel in `wire_dtype`, the engines' weight
+        dtype (`wire_layout`; None: as the learner holds them). The bucket size and the wire
+        dtype are fixed by the first push."""
         policy = self._learner().policy
         weights = iter_full_weights(policy)  # gathered one tensor at a time, on every rank
         if self.rank != 0:
@@ -182,7 +185,8 @@ class LearnerWorker:
             host, port = endpoint
             self._engines = BroadcastTransport(
                 host, port, num_engines, layout, self.spec.timeout_s,
-                bucket_bytes=bucket_bytes, backend=self.device.backend, device=self.device.torch)
+                bucket_bytes=bucket_bytes, backend=self.device.backend, device=self.device.torch,
+                wire_dtype=wire_dtype)
         self._engines.push(weights, version)
 
     def update_reference(self, alpha: float) -> None:

@@ -107,7 +107,7 @@ class GroupLearner:
         endpoint = engines.endpoint()
         engines.receive_while(
             lambda: self.group.push_weights(version, endpoint, engines.num_receivers,
-                                            engines.bucket_bytes))
+                                            engines.bucket_bytes, engines.weight_dtype))
 
     def close(self) -> None:
         """Stop every rank (safe to call twice)."""

@@ -35,6 +35,7 @@ import torch
 
 from rlvr.checkpoint.atomic import fresh_tmp_dir, publish_dir
 from rlvr.device import HOST, collective_backend
+from rlvr.models import DTYPES
 from rlvr.rollout.vllm_weight_receiver import with_tied_head
 from rlvr.rollout.weight_sync import BroadcastTransport, layout_of
 from rlvr.serving.client import ServerClient, ServerError
@@ -110,6 +111,15 @@ class DiskUpdate:
             shutil.rmtree(target, ignore_errors=True)
 
 
+def servers_weight_dtype(servers: Sequence[ServerClient], timeout_s: float) -> torch.dtype | None:
+    """The dtype every server's workers hold their weights in (`weight_dtype` of rlvr's vLLM
+    worker extension), to broadcast floating-point weights in; None when they differ (each
+    then casts what it loads) or name one rlvr does not send."""
+    names = {name for s in servers
+             for name in s.collective_rpc("weight_dtype", timeout_s=timeout_s)}
+    return DTYPES.get(names.pop()) if len(names) == 1 else None
+
+
 class BroadcastUpdate:
     """Weights over a process group: this process is rank 0, each server's workers follow.
     The group forms at the first push (the layout comes from its weights); `host` must be an
@@ -173,6 +183,7 @@ class BroadcastUpdate:
         port = free_port(self.host)
         world_size = 1 + self.tp * len(servers)
         layout = layout_of(weights)
+        wire_dtype = servers_weight_dtype(servers, self.timeout_s)
 
         def join(indexed: tuple[int, ServerClient]) -> list:
             i, server = indexed
@@ -186,11 +197,13 @@ class BroadcastUpdate:
             # Blocks until every worker has joined (the rendezvous), or times out.
             self._transport = BroadcastTransport(self.host, port, world_size - 1, layout,
                                                  self.timeout_s, bucket_bytes=self.bucket_bytes,
-                                                 backend=self.backend, device=self.device)
+                                                 backend=self.backend, device=self.device,
+                                                 wire_dtype=wire_dtype)
             ranks = [r for j in joins for r in j.result()]
         self._members = tuple(s.address for s in servers)
-        log.info("weight broadcast group formed: %d server workers (ranks %s) at %s:%d",
-                 len(ranks), ranks, self.host, port)
+        log.info("weight broadcast group formed: %d server workers (ranks %s) at %s:%d, "
+                 "weights sent in %s", len(ranks), ranks, self.host, port,
+                 wire_dtype or "the learner's dtypes")
 
     def close(self, servers: Sequence[ServerClient] = (), wait_s: float = 10.0) -> None:
         """Tell the servers' workers the group is over (they are listening only while asked

@@ -41,7 +41,13 @@ class WeightReceiverExtension:
     """Mixed into vLLM's worker class: `self` is the worker, which provides `rank` (its rank
     among the engine's workers), `device`, `model_config` and `reload_weights`. vLLM refuses
     an extension whose attribute names clash with the worker's, hence no helper methods here
-    beyond the two calls, and state under one `_rlvr_` attribute."""
+    beyond the three calls, and state under one `_rlvr_` attribute."""
+
+    def weight_dtype(self) -> str:
+        """The dtype vLLM holds this worker's weights in ("bfloat16", "float32", ...): a
+        sender broadcasts floating-point weights in it (`wire_layout`), half the bytes of fp32
+        for a bf16 server."""
+        return str(self.model_config.dtype).removeprefix("torch.")
 
     def init_weight_group(self, host: str, port: int, rank_offset: int, world_size: int,
                           backend: str | None = None, timeout_s: float = 300.0) -> int:

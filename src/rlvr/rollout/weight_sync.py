@@ -65,6 +65,21 @@ def layout_of(named_tensors: NamedTensors) -> Layout:
     return [TensorSpec(name, tuple(t.shape), t.dtype) for name, t in named_tensors]
 
 
+def wire_layout(layout: Layout, dtype: torch.dtype | None) -> Layout:
+    """The layout as it travels: floating-point weights in `dtype`, the receiving engines'
+    weight dtype (None: as the sender holds them); integer tensors as they are.
+
+    An engine casts every weight to its own dtype as it loads it, so an fp32 learner sending
+    to bf16 engines would move twice the bytes the engines keep; cast on the sender's side
+    (on its device, into the bucket buffer), the engines load the same values. The exception
+    is a weight an engine keeps in fp32 whatever its dtype (some routers' bias terms in
+    vLLM): it arrives rounded to `dtype`. `rollout.dtype=float32` sends everything in fp32."""
+    if dtype is None:
+        return list(layout)
+    return [TensorSpec(name, shape, dtype if spec_dtype.is_floating_point else spec_dtype)
+            for name, shape, spec_dtype in layout]
+
+
 @dataclass(frozen=True)
 class BucketEntry:
     spec: TensorSpec
@@ -97,8 +112,9 @@ def cut_buckets(layout: Layout, bucket_bytes: int) -> list[Bucket]:
     Why mixed dtypes in one byte buffer rather than a bucket per dtype: it keeps the layout
     (the model's own) order, and vLLM's reload finishes a layer only once all of its weights
     arrived, holding the rest until then, so weights grouped by layer keep that small; it needs
-    one buffer and one broadcast per bucket whatever the number of dtypes; and bytes are
-    copied, never converted, so an fp32 norm next to bf16 matrices arrives as fp32.
+    one buffer and one broadcast per bucket whatever the number of dtypes; and each tensor
+    keeps the dtype the layout gives it, so an fp32 norm next to bf16 matrices arrives as fp32
+    (`wire_layout` decides those dtypes).
     """
     if bucket_bytes < 1:
         raise ValueError(f"bucket_bytes={bucket_bytes} must be >= 1")
@@ -166,7 +182,8 @@ def _broadcast(group: dist.ProcessGroupGloo | dist.ProcessGroupNCCL,
 class BroadcastTransport:
     """The sender's side: rank 0 of a group with `num_engines` receiving ranks (one per engine,
     or per tensor-parallel worker when vLLM workers receive themselves). `layout`
-    (`layout_of(model.state_dict().items())`) is what every push will carry.
+    (`layout_of(model.state_dict().items())`) is what every push will carry; its floating-point
+    tensors travel in `wire_dtype` (`wire_layout`; None: as they are).
 
     Construction blocks until every receiver has connected (the rendezvous), so start the
     receivers first or concurrently. `timeout_s` bounds every broadcast: a dead engine makes
@@ -176,15 +193,18 @@ class BroadcastTransport:
 
     def __init__(self, host: str, port: int, num_engines: int, layout: Layout,
                  timeout_s: float = 300.0, *, bucket_bytes: int = DEFAULT_BUCKET_BYTES,
-                 backend: str = "gloo", device: torch.device | None = None):
+                 backend: str = "gloo", device: torch.device | None = None,
+                 wire_dtype: torch.dtype | None = None):
         self.device = buffer_device(backend, device)
         self.layout = [TensorSpec(name, tuple(shape), dtype) for name, shape, dtype in layout]
-        self.buckets = cut_buckets(self.layout, bucket_bytes)
+        # What receivers are told and read; each push is checked against `layout`.
+        self.wire = wire_layout(self.layout, wire_dtype)
+        self.buckets = cut_buckets(self.wire, bucket_bytes)
         timeout = timedelta(seconds=timeout_s)
         world_size = num_engines + 1
         self.store = dist.TCPStore(host, port, world_size, is_master=True, timeout=timeout)
         # Published before the group forms: receivers read the backend to build theirs.
-        self.store.set(_PLAN_KEY, pickle.dumps(SyncPlan(self.layout, bucket_bytes, backend)))
+        self.store.set(_PLAN_KEY, pickle.dumps(SyncPlan(self.wire, bucket_bytes, backend)))
         self.group = _process_group(self.store, 0, world_size, timeout, backend)
         self._buffer_N: torch.Tensor | None = None  # the one bucket buffer, from the first push
         self._failed = False
@@ -199,12 +219,12 @@ class BroadcastTransport:
         if self._buffer_N is None:
             largest = max((b.nbytes for b in self.buckets), default=0)
             self._buffer_N = torch.empty(largest, dtype=torch.uint8, device=self.device)
-        tensors = iter(named_tensors)
+        tensors, expected = iter(named_tensors), iter(self.layout)
         try:
             _broadcast(self.group, torch.tensor([version], dtype=torch.long, device=self.device))
             for bucket in self.buckets:
                 buffer_N = self._buffer_N[:bucket.nbytes]
-                _fill(bucket, buffer_N, tensors)
+                _fill(bucket, buffer_N, tensors, expected)
                 _broadcast(self.group, buffer_N)
             extra = next(tensors, None)
             if extra is not None:
@@ -221,19 +241,21 @@ class BroadcastTransport:
             pass
 
 
-def _fill(bucket: Bucket, buffer_N: torch.Tensor,
-          tensors: Iterator[tuple[str, torch.Tensor]]) -> None:
-    """Copy the bucket's tensors, taken from `tensors`, into its buffer. A function of its own
-    so that its locals, the last tensor included, are released before the next bucket."""
-    for (name, view), entry in zip(bucket.views(buffer_N), bucket.entries):
+def _fill(bucket: Bucket, buffer_N: torch.Tensor, tensors: Iterator[tuple[str, torch.Tensor]],
+          expected: Iterator[TensorSpec]) -> None:
+    """Copy the bucket's tensors, taken from `tensors` and checked against the sender's layout
+    (`expected`, in step with them), into its buffer. A function of its own so that its
+    locals, the last tensor included, are released before the next bucket."""
+    for (name, view), spec in zip(bucket.views(buffer_N), expected):
         got = next(tensors, None)
         if got is None:
             raise ValueError(f"the weights pushed end before {name!r} of the agreed layout")
         got_name, tensor = got
-        if (got_name, tuple(tensor.shape), tensor.dtype) != tuple(entry.spec):
+        if (got_name, tuple(tensor.shape), tensor.dtype) != tuple(spec):
             raise ValueError(f"weight {got_name!r} {tuple(tensor.shape)} {tensor.dtype} does not "
-                             f"match the layout's {tuple(entry.spec)}")
-        view.copy_(tensor.detach())  # across devices too: a CPU gather into a GPU buffer
+                             f"match the layout's {tuple(spec)}")
+        # Across devices too (a CPU gather into a GPU buffer), and into the wire dtype.
+        view.copy_(tensor.detach())
 
 
 class BroadcastReceiver:

@@ -1,12 +1,15 @@
 """Seconds per weight push to an engine in another process: the learner's fp32 weights sent as
-they are against sent in the engine's bf16 (`rlvr.rollout.weight_sync.wire_layout`).
+they are against sent in the engine's bf16 (`rlvr.rollout.weight_sync.wire_layout`), by
+broadcast and through a file on disk.
 
 The weights are a real model's (SmolLM2-135M-Instruct by default, fp32 as the learner holds
 them); the receiving process joins two broadcast groups (gloo over loopback, the transport
 every CPU run and a Ray cluster without GPUs use) and loads each push into bf16 tensors, as a
 bf16 engine does (casting what arrives in fp32). Pushes alternate between the two settings, so
 noise from other processes hits both alike; the first of each is a warm-up. Prints bytes per
-push and the median and minimum seconds.
+push and the median and minimum seconds. The disk path (`rollout.weight_update=disk`, servers)
+is timed as writing the safetensors file (`write_weights_dir`) plus reading it back into bf16
+tensors, as a server's reload does, in a temporary directory.
 
     python benchmarks/weight_sync.py [--model smollm2-135m-instruct] [--pushes 6]
 """
@@ -15,9 +18,12 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
+import shutil
 import socket
 import statistics
+import tempfile
 import time
+from pathlib import Path
 
 import torch
 
@@ -85,7 +91,31 @@ def main() -> None:
           f"{args.model}, {len(weights)} tensors, gloo over loopback to one receiving process")
     for name, transport in transports.items():
         sent = sum(b.nbytes for b in transport.buckets) / 2**20
-        print(f"  {name:16s} {sent:7.1f} MiB per push: median "
+        print(f"  broadcast, {name:16s} {sent:7.1f} MiB per push: median "
+              f"{statistics.median(times[name]):.3f} s, min {min(times[name]):.3f} s")
+    disk(weights, settings, args.pushes)
+
+
+def disk(weights, settings: dict, pushes: int) -> None:
+    from safetensors.torch import load_file
+
+    from rlvr.rollout.server_weights import WEIGHTS_FILE, write_weights_dir
+
+    times: dict[str, list[float]] = {name: [] for name in settings}
+    sizes: dict[str, float] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for version in range(pushes + 1):
+            for name, dtype in settings.items():
+                start = time.perf_counter()
+                target = write_weights_dir(iter(weights), Path(tmp) / f"v{version}", False, dtype)
+                engine = _Bf16Engine()
+                engine.update_weights(load_file(str(target / WEIGHTS_FILE)).items(), version)
+                if version:
+                    times[name].append(time.perf_counter() - start)
+                sizes[name] = (target / WEIGHTS_FILE).stat().st_size / 2**20
+                shutil.rmtree(target)
+    for name in settings:
+        print(f"  disk,      {name:16s} {sizes[name]:7.1f} MiB per push: median "
               f"{statistics.median(times[name]):.3f} s, min {min(times[name]):.3f} s")
 
 

@@ -136,12 +136,38 @@ def test_a_disk_update_pauses_loads_labels_and_removes_its_directory(servers, tm
         engine.close()
     for s in servers:
         order = [p for p, _ in s.calls]
-        assert order == ["/pause", "/collective_rpc", "/update_weight_version",
-                         "/reset_prefix_cache", "/resume"]
+        # Asked once for the dtype its weights are held in, then the update itself.
+        assert order == ["/collective_rpc", "/pause", "/collective_rpc",
+                         "/update_weight_version", "/reset_prefix_cache", "/resume"]
+        assert s.posted("/collective_rpc")[0]["method"] == "weight_dtype"
         assert s.posted("/pause")[0]["mode"] == "wait"  # no in-flight updates asked for
         assert s.version == "5" and s.reloaded[0].endswith("v5")
         assert s.reloaded_names[0] == sorted(weights)
+        assert s.reloaded_dtypes[0] == {"F32"}
     assert not (tmp_path / "weight_updates" / "v5").exists()
+
+
+@pytest.mark.parametrize("reported, written", [
+    (("bfloat16", "bfloat16"), {"BF16", "I64"}),  # all bf16: floats written in bf16
+    (("bfloat16", "float32"), {"F32", "I64"}),  # they differ: as the learner holds them
+    (("bfloat16", None), {"F32", "I64"}),  # one cannot say (no rlvr extension)
+])
+def test_a_disk_update_is_written_in_the_dtype_the_servers_hold(servers, tmp_path, reported,
+                                                                 written):
+    for s, dtype in zip(servers, reported):
+        s.weight_dtype = dtype
+    engine = _engine(servers, tmp_path)
+    weights = {"model.embed_tokens.weight": torch.randn(4, 2),
+               "model.norm.weight": torch.ones(2), "steps": torch.arange(3)}
+    try:
+        for version in (1, 2):
+            engine.update_weights(iter(weights.items()), version)
+    finally:
+        engine.close()
+    for s in servers:
+        assert s.reloaded_dtypes == [written, written]
+        # Asked once for the two pushes (the same servers).
+        assert sum(b["method"] == "weight_dtype" for b in s.posted("/collective_rpc")) == 1
 
 
 def test_a_server_that_fails_its_update_is_dropped(servers, tmp_path):

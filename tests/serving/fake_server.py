@@ -35,6 +35,8 @@ class FakeServer:
         self.paused = False
         self.reloaded: list[str] = []  # directories reloaded from (their files checked)
         self.reloaded_names: list[list[str]] = []
+        self.reloaded_dtypes: list[set[str]] = []  # the dtypes of each reloaded file's tensors
+        self.weight_dtype = "float32"  # what rlvr's worker extension would report; None: no
         self._lock = threading.Lock()
         self.httpd = ThreadingHTTPServer((host, port), self._handler())
         self.httpd.daemon_threads = True
@@ -85,6 +87,8 @@ class FakeServer:
         return 200, {"choices": choices}
 
     def collective_rpc(self, body: dict) -> tuple[int, dict]:
+        if body["method"] == "weight_dtype" and self.weight_dtype is not None:
+            return 200, {"results": [self.weight_dtype]}
         if body["method"] != "reload_weights":
             return 400, {"error": f"unknown method {body['method']}"}
         path = Path(body["kwargs"]["weights_path"])
@@ -95,6 +99,7 @@ class FakeServer:
 
         with safe_open(str(files[0]), "pt") as f:
             self.reloaded_names.append(sorted(f.keys()))
+            self.reloaded_dtypes.append({str(f.get_slice(k).get_dtype()) for k in f.keys()})
         self.reloaded.append(str(path))
         return 200, {"results": [None]}
 

@@ -208,7 +208,7 @@ class RemoteEngine:
         pause_mode = "keep" if cfg.inflight_updates else "wait"
         if cfg.weight_update == "disk":
             return DiskUpdate(Path(cfg.weight_update_dir), _tied_embeddings(model_dir),
-                              pause_mode)
+                              pause_mode, timeout_s=cfg.weight_update_timeout_s)
         return BroadcastUpdate(cfg.weight_sync_host or "127.0.0.1", cfg.vllm_tensor_parallel_size,
                                cfg.weight_sync_bucket_mb * 2**20, cfg.weight_update_timeout_s,
                                device=torch.device(cfg.device) if cfg.device != "auto" else None,

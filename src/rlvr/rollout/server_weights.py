@@ -47,10 +47,13 @@ NamedTensors = Iterable[tuple[str, torch.Tensor]]
 WEIGHTS_FILE = "model.safetensors"
 
 
-def write_weights_dir(named_tensors: NamedTensors, target: Path, tied_embeddings: bool) -> Path:
-    """The weights as one safetensors file in a new directory `target`, published atomically.
-    Tied embeddings: vLLM keeps its own head, which a reload of the embedding alone leaves
-    stale, so the head goes in as a copy of the embedding (`with_tied_head`)."""
+def write_weights_dir(named_tensors: NamedTensors, target: Path, tied_embeddings: bool,
+                      dtype: torch.dtype | None = None) -> Path:
+    """The weights as one safetensors file in a new directory `target`, published atomically,
+    floating-point ones in `dtype` (the servers' own, `servers_weight_dtype`; None: as they
+    are): a bf16 server loads the same values from half the bytes. Tied embeddings: vLLM keeps
+    its own head, which a reload of the embedding alone leaves stale, so the head goes in as a
+    copy of the embedding (`with_tied_head`)."""
     from safetensors.torch import save_file
 
     weights = with_tied_head(named_tensors) if tied_embeddings else named_tensors
@@ -58,6 +61,8 @@ def write_weights_dir(named_tensors: NamedTensors, target: Path, tied_embeddings
     seen: set[int] = set()
     for name, tensor in weights:
         t = tensor.detach().contiguous()
+        if dtype is not None and t.is_floating_point():
+            t = t.to(dtype)
         if t.device != HOST or t.untyped_storage().data_ptr() in seen:
             t = t.to(HOST, copy=True)  # safetensors refuses shared storage and device memory
         seen.add(t.untyped_storage().data_ptr())
@@ -91,17 +96,23 @@ def _paused_update(server: ServerClient, mode: str, load: Callable[[ServerClient
 
 
 class DiskUpdate:
-    """Weights through `<directory>/v<N>`."""
+    """Weights through `<directory>/v<N>`, in the servers' dtype when they all report one."""
 
-    def __init__(self, directory: Path, tied_embeddings: bool, pause_mode: str = "wait"):
+    def __init__(self, directory: Path, tied_embeddings: bool, pause_mode: str = "wait",
+                 timeout_s: float = 60.0):
         self.directory = Path(directory)
         self.tied_embeddings, self.pause_mode = tied_embeddings, pause_mode
+        self.timeout_s = timeout_s
+        self._dtype: tuple[tuple[str, ...], torch.dtype | None] | None = None  # per server set
 
     def push(self, servers: Sequence[ServerClient], named_tensors: NamedTensors,
              version: int) -> dict[str, BaseException]:
         """Write, have every server load, remove; the servers that failed, by address."""
+        members = tuple(s.address for s in servers)
+        if self._dtype is None or self._dtype[0] != members:  # asked again when one is dropped
+            self._dtype = (members, servers_weight_dtype(servers, self.timeout_s))
         target = write_weights_dir(named_tensors, self.directory / f"v{version}",
-                                   self.tied_embeddings)
+                                   self.tied_embeddings, self._dtype[1])
         if not (target / WEIGHTS_FILE).stat().st_size:
             raise RuntimeError(f"{target / WEIGHTS_FILE} is empty; no server was asked to load it")
         try:
@@ -113,10 +124,15 @@ class DiskUpdate:
 
 def servers_weight_dtype(servers: Sequence[ServerClient], timeout_s: float) -> torch.dtype | None:
     """The dtype every server's workers hold their weights in (`weight_dtype` of rlvr's vLLM
-    worker extension), to broadcast floating-point weights in; None when they differ (each
-    then casts what it loads) or name one rlvr does not send."""
-    names = {name for s in servers
-             for name in s.collective_rpc("weight_dtype", timeout_s=timeout_s)}
+    worker extension), to send floating-point weights in; None (each server then casts what it
+    loads) when they differ, name one rlvr does not send, or one cannot say (a server without
+    the extension, which disk updates do not need, or one that is down: the update finds it)."""
+    names: set[str] = set()
+    for server in servers:
+        try:
+            names.update(server.collective_rpc("weight_dtype", timeout_s=timeout_s))
+        except ServerError:
+            return None
     return DTYPES.get(names.pop()) if len(names) == 1 else None
 
 

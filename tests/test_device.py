@@ -105,6 +105,20 @@ def test_the_engine_samples_in_the_dtype_the_run_computes_in(monkeypatch):
     assert engine_dtype() == "float32"
 
 
+def test_the_judge_engine_takes_bf16_where_its_device_computes_it(monkeypatch):
+    """rewards.judge.dtype=auto, resolved in the process the judge loads in."""
+    from rlvr.rewards.judge import judge_dtype
+
+    cfg = load_config(os.path.join(ROOT, "configs", "tiny.yaml"),
+                      ["rewards.judge.engine=transformers", "rewards.judge.model=tiny"])
+    assert cfg.rewards.judge.dtype == "auto"
+    assert judge_dtype("auto", "cpu") == "float32"  # conftest: this CPU has no native bf16
+    monkeypatch.setattr(rlvr.device, "cpu_has_native_bf16", lambda: True)
+    assert judge_dtype("auto", "cpu") == "bfloat16"
+    assert judge_dtype("auto", "auto") == "bfloat16"  # no GPU here: the CPU
+    assert judge_dtype("float32", "cpu") == "float32"  # said outright: kept
+
+
 def test_host_memory_is_kept_where_learners_compute_on_the_host_only():
     cfg = load_config(os.path.join(ROOT, "configs", "tiny.yaml"),
                       ["model.device=auto", "distributed.launcher=ray"])

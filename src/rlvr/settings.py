@@ -12,6 +12,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from rlvr.config import Config
+from rlvr.device import engine_dtype
 from rlvr.data.templates import merge_stop_strings
 from rlvr.learner import LearnerSettings
 from rlvr.learner.lora import LoraSettings
@@ -63,16 +64,6 @@ def actor_threads(cfg: Config) -> int:
     if cfg.model.num_threads > 0:
         return cfg.model.num_threads
     return max(1, (os.cpu_count() or 1) // max(cfg.distributed.num_learners_per_node))
-
-
-def engine_dtype(requested: str, bf16: bool) -> str:
-    """The engine's weight dtype for `rollout.dtype`: "auto" follows the run's compute, so an
-    engine samples in bf16 where the learner computes in bf16 (on a CPU with AVX512-BF16 a
-    quick-start batch decodes 1.45x faster than in fp32) and stays fp32 where bf16 is
-    emulated."""
-    if requested != "auto":
-        return requested
-    return "bfloat16" if bf16 else "float32"
 
 
 def engine_settings(cfg: Config, device: str, bf16: bool) -> EngineSettings:

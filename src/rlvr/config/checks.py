@@ -213,7 +213,7 @@ def _check_judge(errors: list[str], j: JudgeConfig) -> None:
                       "rewards.judge.max_concurrency >= 1")
     if j.temperature < 0:
         errors.append(f"rewards.judge.temperature={j.temperature} must be >= 0")
-    _choice(errors, "rewards.judge.dtype", j.dtype, {"float32", "bfloat16"})
+    _choice(errors, "rewards.judge.dtype", j.dtype, {"auto", "float32", "bfloat16"})
     if j.rubric is not None:
         try:
             used = {name.split("[")[0].split(".")[0]

@@ -129,7 +129,9 @@ class JudgeConfig:
     score_regex: Optional[str] = None
     max_score: float = 10.0
     max_concurrency: int = 16  # openai: requests in flight at once
-    dtype: str = "float32"  # engine: the judge's weights
+    # engine: the judge's weights. auto: bf16 where its device computes bf16 natively (GPUs,
+    # CPUs with AVX512-BF16/AMX), else fp32 | float32 | bfloat16
+    dtype: str = "auto"
 
 
 @dataclass

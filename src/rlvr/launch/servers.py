@@ -23,7 +23,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from rlvr.config import Config
-from rlvr.settings import engine_dtype
+from rlvr.device import engine_dtype
 from rlvr.serving.server import ServerProcess, ServerSettings, ServerStartError
 
 log = logging.getLogger(__name__)

@@ -227,3 +227,35 @@ def test_attention_that_cannot_train_here_fails_at_start(tmp_path, attn, message
          f"experiment.output_dir={tmp_path}"], capture_output=True, text=True, timeout=180)
     assert out.returncode == 2 and message in out.stderr, out.stderr[-2000:]
     assert "Traceback" not in out.stderr
+
+
+def test_vllm_takes_memory_graphs_and_threads_alike_in_process_and_as_a_server():
+    """One rule (`vllm_placement`): the engine in process takes it as `LLM` arguments, a server
+    as flags and environment."""
+    from dataclasses import replace
+
+    from rlvr.device import vllm_placement
+    from rlvr.serving.server import ServerSettings, server_command, server_env
+
+    cpu = vllm_placement("cpu", gpu_memory_utilization=0.5, kv_cache_gb=2, enforce_eager=False)
+    assert cpu.engine_args == {"kv_cache_memory_bytes": 2 * 2**30, "enforce_eager": True}
+    assert cpu.env == {"VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
+                       "VLLM_CPU_OMP_THREADS_BIND": f"0-{(os.cpu_count() or 1) - 1}"}
+    gpu = vllm_placement("cuda", gpu_memory_utilization=0.5, kv_cache_gb=2, enforce_eager=False)
+    assert gpu.engine_args == {"gpu_memory_utilization": 0.5, "enforce_eager": False}
+    assert gpu.env == {}
+
+    on_gpu = ServerSettings(model="m", port=1, device="cuda", gpu_memory_utilization=0.5,
+                            kv_cache_gb=2)
+    cmd = server_command(on_gpu)
+    assert cmd[cmd.index("--gpu-memory-utilization") + 1] == "0.5"
+    assert "--enforce-eager" not in cmd and "--kv-cache-memory-bytes" not in cmd
+    assert "--enforce-eager" in server_command(replace(on_gpu, enforce_eager=True))
+    assert not any(k.startswith("VLLM_CPU_") for k in server_env(on_gpu, {}))
+    on_cpu = replace(on_gpu, device="cpu", cpu_threads_bind="1")
+    cmd = server_command(on_cpu)
+    assert cmd[cmd.index("--kv-cache-memory-bytes") + 1] == str(2 * 2**30)
+    assert "--enforce-eager" in cmd and "--gpu-memory-utilization" not in cmd
+    assert server_env(on_cpu, {})["VLLM_CPU_OMP_THREADS_BIND"] == "1"
+    assert server_env(on_cpu, {"VLLM_CPU_OMP_THREADS_BIND": "0"})[
+        "VLLM_CPU_OMP_THREADS_BIND"] == "0"  # the user's own setting wins

@@ -40,7 +40,7 @@ def server_settings(cfg: Config, model_dir: str, device: str, bf16: bool,
         block_size=r.vllm_block_size, kv_cache_gb=r.vllm_kv_cache_gb,
         gpu_memory_utilization=r.vllm_gpu_memory_utilization,
         tensor_parallel_size=r.vllm_tensor_parallel_size,
-        enforce_eager=r.vllm_enforce_eager or device != "cuda",
+        enforce_eager=r.vllm_enforce_eager,
         enable_prefix_caching=r.vllm_enable_prefix_caching, seed=cfg.experiment.seed,
         device=device, cpu_threads_bind=r.vllm_cpu_threads_bind)
 

@@ -27,7 +27,7 @@ from typing import Iterable
 
 import torch
 
-from rlvr.device import resolve_device
+from rlvr.device import VLLMPlacement, resolve_device, vllm_placement
 from rlvr.rollout.base import EngineSettings, register_engine
 from rlvr.rollout.seeds import derive_seed
 from rlvr.rollout.vllm_weight_receiver import WORKER_EXTENSION, with_tied_head
@@ -46,21 +46,23 @@ def vllm_available() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
-def configure_vllm_environment(cfg: EngineSettings, on_cpu: bool) -> None:
+def placement(cfg: EngineSettings, device_type: str) -> VLLMPlacement:
+    """The engine's memory, graphs and threads on its device (`rlvr.device.vllm_placement`)."""
+    return vllm_placement(device_type, gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
+                          kv_cache_gb=cfg.vllm_kv_cache_gb, enforce_eager=cfg.vllm_enforce_eager,
+                          cpu_threads_bind=cfg.vllm_cpu_threads_bind)
+
+
+def configure_vllm_environment(where: VLLMPlacement) -> None:
     """Environment vLLM reads at import: set before the first `import vllm`, never overriding
-    what the user set. On CPU, bind vLLM's OpenMP threads to every core (its default binds one
-    and reserves the other for the front end, which in-process mode does not need)."""
+    what the user set; the device's own variables come with its placement."""
     defaults = {
         "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
         "VLLM_CACHE_ROOT": os.path.join(os.path.expanduser("~"), ".cache", "rlvr", "vllm"),
         # Its per-call warnings (raw prompts, rotary weights on reload) are noise here.
         "VLLM_LOGGING_LEVEL": "ERROR",
+        **where.env,
     }
-    if on_cpu:
-        defaults.update({
-            "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
-            "VLLM_CPU_OMP_THREADS_BIND": (cfg.vllm_cpu_threads_bind
-                                          or f"0-{(os.cpu_count() or 1) - 1}")})
     for key, value in defaults.items():
         os.environ.setdefault(key, value)
 
@@ -75,8 +77,8 @@ def create_vllm_engine(model_dir: str, cfg: EngineSettings, eos_token_ids: tuple
 
 class VLLMEngine:
     def __init__(self, model_dir: str, cfg: EngineSettings, eos_token_ids: tuple[int, ...]):
-        device = resolve_device(cfg.device)
-        configure_vllm_environment(cfg, on_cpu=not device.is_accelerator)
+        where = placement(cfg, resolve_device(cfg.device).type)
+        configure_vllm_environment(where)
         from vllm import LLM
 
         self.eos_token_ids = tuple(eos_token_ids)
@@ -86,15 +88,10 @@ class VLLMEngine:
         self._generate_lock = threading.Lock()  # one generate call drives the engine at a time
         self._request_ids = itertools.count()
         self.asleep = False
-        if device.is_accelerator:  # a share of the GPU; CUDA graphs unless told otherwise
-            memory = {"gpu_memory_utilization": cfg.vllm_gpu_memory_utilization,
-                      "enforce_eager": cfg.vllm_enforce_eager,
-                      "enable_sleep_mode": cfg.colocate}
-        else:  # a fixed KV cache, or vLLM reserves most of the RAM; no graphs on CPU
-            memory = {"kv_cache_memory_bytes": int(cfg.vllm_kv_cache_gb * 2**30),
-                      "enforce_eager": True}
+        # Sleep mode (colocated with the learner) is CUDA-only; the build refuses it elsewhere.
         self.llm = LLM(
-            model=model_dir, dtype=cfg.dtype, seed=0, **memory,
+            model=model_dir, dtype=cfg.dtype, seed=0, **where.engine_args,
+            enable_sleep_mode=cfg.colocate,
             tensor_parallel_size=cfg.vllm_tensor_parallel_size,
             max_model_len=cfg.vllm_max_model_len,
             enable_prefix_caching=cfg.vllm_enable_prefix_caching,

@@ -37,7 +37,10 @@ import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Callable
+from typing import IO, TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:
+    from rlvr.device import VLLMPlacement
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +66,7 @@ class ServerSettings:
     kv_cache_gb: float = 1.0  # CPU: the KV cache bound; GPUs size it by memory utilization
     gpu_memory_utilization: float = 0.9
     tensor_parallel_size: int = 1
-    enforce_eager: bool = True
+    enforce_eager: bool = False  # GPUs: no CUDA graphs (CPUs never have them)
     enable_prefix_caching: bool = True
     seed: int = 0
     device: str = "cpu"  # "cpu" | "cuda": decided by the caller (`rlvr.device`), never guessed
@@ -95,15 +98,25 @@ def server_command(s: ServerSettings, python: str = sys.executable) -> list[str]
            "--max-num-seqs", str(s.max_num_seqs),
            "--logprobs-mode", "processed_logprobs", "--no-enable-chunked-prefill",
            "--enable-scale-out", "--worker-extension-cls", WORKER_EXTENSION]
-    if s.enforce_eager:
-        cmd.append("--enforce-eager")
     if not s.enable_prefix_caching:
         cmd.append("--no-enable-prefix-caching")
-    if s.device == "cuda":  # ---- GPU only: the memory share; CPU bounds the KV cache instead
-        cmd += ["--gpu-memory-utilization", str(s.gpu_memory_utilization)]
-    else:
-        cmd += ["--kv-cache-memory-bytes", str(int(s.kv_cache_gb * 2**30))]
+    # Memory and graphs as the engine in process takes them, as flags.
+    for name, value in placement(s).engine_args.items():
+        flag = "--" + name.replace("_", "-")
+        if isinstance(value, bool):
+            cmd += [flag] if value else []
+        else:
+            cmd += [flag, str(value)]
     return cmd
+
+
+def placement(s: ServerSettings) -> "VLLMPlacement":
+    """The server's memory, graphs and threads on its device (`rlvr.device.vllm_placement`)."""
+    from rlvr.device import vllm_placement  # torch: imported only once a server is described
+
+    return vllm_placement(s.device, gpu_memory_utilization=s.gpu_memory_utilization,
+                          kv_cache_gb=s.kv_cache_gb, enforce_eager=s.enforce_eager,
+                          cpu_threads_bind=s.cpu_threads_bind)
 
 
 def server_env(s: ServerSettings, base: dict[str, str] | None = None) -> dict[str, str]:
@@ -112,12 +125,7 @@ def server_env(s: ServerSettings, base: dict[str, str] | None = None) -> dict[st
     env = dict(os.environ if base is None else base)
     defaults = {"VLLM_SERVER_DEV_MODE": "1", "HF_HUB_OFFLINE": "1",
                 "VLLM_CACHE_ROOT": str(Path.home() / ".cache" / "rlvr" / "vllm"),
-                "VLLM_LOGGING_LEVEL": "WARNING"}
-    if s.device != "cuda":
-        defaults.update({
-            "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
-            "VLLM_CPU_OMP_THREADS_BIND": s.cpu_threads_bind or f"0-{(os.cpu_count() or 1) - 1}",
-        })
+                "VLLM_LOGGING_LEVEL": "WARNING", **placement(s).env}
     for key, value in defaults.items():
         env.setdefault(key, value)
     if s.visible_devices:  # ---- GPU only: the GPUs this server may use

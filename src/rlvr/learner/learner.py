@@ -210,7 +210,8 @@ class Learner:
         self.trainable = trainable_parameters(policy)
         # Fused: one kernel over every tensor (torch has it for CPUs and GPUs alike) instead of
         # a Python loop of per-parameter ops; SmolLM2's 135M-parameter step takes 0.04 s
-        # instead of 0.31 s on 2 CPU cores, which is a quarter of a late quick-start update.
+        # instead of 0.31 s on 2 CPU cores, and a late quick-start update (214 tokens) 1.03 s
+        # instead of 1.20 s.
         self.optimizer = torch.optim.AdamW(
             self.trainable, lr=settings.learning_rate, betas=settings.betas,
             eps=settings.eps, weight_decay=settings.weight_decay, fused=True)

@@ -246,7 +246,8 @@ def _fill(bucket: Bucket, buffer_N: torch.Tensor, tensors: Iterator[tuple[str, t
     """Copy the bucket's tensors, taken from `tensors` and checked against the sender's layout
     (`expected`, in step with them), into its buffer. A function of its own so that its
     locals, the last tensor included, are released before the next bucket."""
-    for (name, view), spec in zip(bucket.views(buffer_N), expected):
+    for name, view in bucket.views(buffer_N):
+        spec = next(expected)  # the layout and its wire form have the same entries
         got = next(tensors, None)
         if got is None:
             raise ValueError(f"the weights pushed end before {name!r} of the agreed layout")

@@ -11,15 +11,18 @@ loading, engine start-up and the first step's warm-up are left out. Prints both 
 ratio. --actors runs the engine as a Ray actor and the learner as another (each in its own
 process; weights broadcast from the learner). --curve runs full quick-start runs (eval every 5
 steps) with the transformers engine synchronously, vLLM synchronously, vLLM with
-async_steps=1, vLLM synchronously with fp32 weights, with one micro-batch and with glibc's
-default allocator (`--runs` picks), per seed, prints eval/scores with the wall time at which each
-was measured, the peak RSS, and when each first reached --level.
+async_steps=1, vLLM synchronously with fp32 weights, with one micro-batch, with compiled
+decoder layers and with glibc's default allocator (`--runs` picks), per seed, prints
+eval/scores with the wall time at which each was measured, the peak RSS, and when each first
+reached --level. Every run gets an empty cache of compiled kernels (TORCHINDUCTOR_CACHE_DIR),
+so compiling costs what it costs a first run.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -33,7 +36,9 @@ def train(name: str, overrides: list[str], out: Path) -> list[dict]:
            "logging.progress_bar=false", "checkpoint.save_freq=0", "checkpoint.save_final=false",
            *overrides]
     print(f"[{name}] {' '.join(cmd[1:])}", flush=True)
-    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    # A cache of compiled kernels of its own, empty: every run compiles as a user's first does.
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(out / "inductor_cache")}
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
     if done.returncode != 0:
         raise SystemExit(f"{name} failed ({done.returncode}):\n{done.stderr[-3000:]}")
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -75,6 +80,8 @@ CURVE_RUNS = {
     # the whole batch in one forward and backward (the quick start splits it in two)
     "vllm sync, one micro-batch": ["rollout.engine=vllm", "rollout.async_steps=0",
                                    "algorithm.num_mini_batches=1"],
+    # each decoder layer compiled (model.compile; the compile counts in the wall time)
+    "vllm sync, compiled": ["rollout.engine=vllm", "rollout.async_steps=0", "model.compile=true"],
     # glibc's default allocator behaviour (freed large blocks unmapped; rlvr.device)
     "vllm sync, malloc trims": ["rollout.engine=vllm", "rollout.async_steps=0",
                                 "model.keep_freed_host_memory=false"],

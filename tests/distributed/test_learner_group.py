@@ -250,3 +250,35 @@ def test_lora_on_two_fsdp_ranks_matches_one_process_and_pushes_merged_weights(
     finally:
         engines.close()
         ray_learner.close()
+
+
+def test_compiled_layers_on_two_fsdp_ranks_match_an_eager_process(ray_session, tiny_model_dir):
+    """`model.compile` under FSDP2: each rank compiles its layers' `forward` after sharding, so
+    the gather and reshard hooks run around the compiled graph, eager; the results and weights
+    are an uncompiled single process's."""
+    import dataclasses
+
+    from rlvr.algorithm.losses import PolicyLoss
+    from rlvr.distributed.trainer_learner import GroupLearner
+    from rlvr.learner import Learner
+    from rlvr.models import load_causal_lm
+
+    spec = _spec(tiny_model_dir, sharding="fsdp", timeout_s=120)
+    spec = dataclasses.replace(spec, settings=dataclasses.replace(spec.settings, compile=True))
+    policy = load_causal_lm(tiny_model_dir)
+    local = Learner(policy, None, dataclasses.replace(spec.settings, compile=False))
+    ray_learner = GroupLearner(LearnerGroup(spec, 2, backend="ray"),
+                               load_causal_lm(tiny_model_dir))
+    try:
+        batch = _batch(8, seed=50)
+        loss = PolicyLoss("dapo", _params(batch, beta=0.0))
+        got, want = ray_learner.update(batch, loss, 1, 1, 1.0), local.update(batch, loss, 1, 1,
+                                                                             1.0)
+        assert got.grad_norm == pytest.approx(want.grad_norm, rel=1e-4)
+        for key, value in want.loss_sums.items():
+            assert got.loss_sums[key] == pytest.approx(value, rel=1e-4, abs=1e-5), key
+        want = dict(local.named_weights())
+        for name, tensor in ray_learner.named_weights():
+            torch.testing.assert_close(tensor, want[name], atol=1e-5, rtol=1e-4, msg=name)
+    finally:
+        ray_learner.close()

@@ -63,6 +63,10 @@ class ModelConfig:
     # computes on the host. The cost: the resident set stays at its peak.
     keep_freed_host_memory: Optional[bool] = None
     gradient_checkpointing: bool = False  # activation checkpointing of every decoder layer
+    # torch.compile each decoder layer of the learner's models (one graph for all layers,
+    # dynamic shapes; `rlvr.learner.compiling`): fused elementwise work, a compile of seconds
+    # at the first update and at new shapes.
+    compile: bool = False
     lora: LoraConfig = field(default_factory=LoraConfig)
 
 

@@ -41,6 +41,7 @@ from rlvr.algorithm.packing import plan_micro_batches
 from rlvr.algorithm.polyak import polyak_update_
 from rlvr.checkpoint.sharded import load_sharded, save_sharded
 from rlvr.device import memory_metrics
+from rlvr.learner.compiling import compile_decoder_layers
 from rlvr.learner.dropout import disable_dropout
 from rlvr.learner.forward import forward_logprobs
 from rlvr.learner.lora import (adapters_disabled, check_adapter_state, engine_weights,
@@ -74,6 +75,7 @@ class LearnerSettings:
     eps: float = 1e-8
     bf16_autocast: bool = False  # resolved (rlvr.device): autocast of an unsharded policy
     gradient_checkpointing: bool = False
+    compile: bool = False  # torch.compile each decoder layer (`rlvr.learner.compiling`)
     max_tokens_per_micro_batch: int | None = None  # see `plan_micro_batches`
 
 
@@ -206,6 +208,10 @@ class Learner:
         self.settings = settings
         if settings.gradient_checkpointing:
             policy.gradient_checkpointing_enable()
+        if settings.compile:  # last: the models are final here (copied, sharded, wrapped)
+            for model in (policy, reference):
+                if model is not None:
+                    compile_decoder_layers(model)
         # Every parameter of a plain policy; a LoRA policy's adapters only.
         self.trainable = trainable_parameters(policy)
         # Fused: one kernel over every tensor (torch has it for CPUs and GPUs alike) instead of

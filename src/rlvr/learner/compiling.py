@@ -1,0 +1,45 @@
+"""Compiled decoder layers (`model.compile`): torch.compile on each decoder layer's `forward`.
+
+Why per layer and not the whole model: every layer of a decoder runs the same code, so one
+compiled graph serves them all (torch inlines the module and takes its weights as inputs): the
+compile costs one layer's, about 5 s forward and backward for SmolLM2 on 2 CPU cores, not 30
+layers'. Inductor fuses what eager runs as separate passes over memory (the norms, rotary
+embeddings, the gated activation, residual adds, autocast's casts); the matmuls and attention
+stay library kernels. Measured on SmolLM2-135M, a quick-start batch of 1,469 tokens, bf16
+autocast, 2 CPU cores: an update takes 4.9-5.3 s compiled instead of 5.8 s.
+
+Why `forward` and not the module (`nn.Module.compile`): hooks stay outside the graph. FSDP2's
+gather and reshard hooks and gradient checkpointing wrap the layer's call, which the compiled
+`forward` runs inside, eager, as without compilation.
+
+Shapes are dynamic: a packed batch's rows and length change every step, and a graph per shape
+would recompile every step. A micro-batch of one row is a second graph (torch specialises
+sizes of 1), as is the reference's and the behaviour policy's no-grad pass.
+
+Compile the model where it will run, last: a deep copy taken afterwards would call the
+original's layers (the compiled function holds the original's bound `forward`).
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList:
+    """The decoder's repeated layers (`get_decoder().layers`, where transformers' decoder-only
+    models keep them, under a PEFT wrapper too); ValueError for a model without them."""
+    decoder = model.get_decoder() if hasattr(model, "get_decoder") else model
+    layers = getattr(decoder, "layers", None)
+    if not isinstance(layers, torch.nn.ModuleList) or len(layers) == 0:
+        raise ValueError(f"model.compile: {type(model).__name__} keeps no decoder `layers` "
+                         "list to compile layer by layer; set model.compile=false")
+    return layers
+
+
+def compile_decoder_layers(model: torch.nn.Module) -> int:
+    """Replace each decoder layer's `forward` with its compiled form (dynamic shapes); returns
+    how many layers. Nothing compiles until the first call."""
+    layers = decoder_layers(model)
+    for layer in layers:
+        layer.forward = torch.compile(layer.forward, dynamic=True)
+    return len(layers)

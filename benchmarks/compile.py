@@ -3,15 +3,16 @@ in one process, alternating, against this machine's matmul peak measured in the 
 
     python benchmarks/compile.py [--updates 4] [--threads 2]
 
-Two learners on the same weights, one with `compile=True`; each gets the same batches in
-turn, so both see the same machine state. Batches have the quick start's shape: 8 addition
-prompts from SmolLM2's chat template, 8 responses each of 12-24 random tokens ("full", about
-1,450 tokens), and a late one of 2 prompts with 6-9-token answers ("late"); the quick start's
-two micro-batches, bf16 autocast where the CPU has it natively (as the run decides), DAPO's
-loss. Printed per batch and setting: the first update (for the compiled learner, the compile),
-the median of the next `--updates`, tokens per second and MFU, which counts as the run's
-`learner_mfu` does (6N + 12LHS FLOPs per token, `rlvr.metrics.throughput`) and also by 6N
-alone, against the peak of the dtype the learner computes in.
+Two learners on the same weights, one compiling with inductor (as `model.compile` does); each
+gets the same batches in turn, so both see the same machine state. Batches have the quick
+start's shape: 8 addition prompts from SmolLM2's chat template, 8 responses each of 12-24
+random tokens ("full", about 1,450 tokens), and a late one of 2 prompts with 6-9-token answers
+("late"); the quick start's two micro-batches, bf16 autocast where the CPU has it natively (as
+the run decides), DAPO's loss. Printed per batch and setting: the first update (for the
+compiled learner, the compile), the median of the next `--updates`, tokens per second and MFU,
+which counts as the run's `learner_mfu` does (6N + 12LHS FLOPs per token,
+`rlvr.metrics.throughput`) and also by 6N alone, against the peak of the dtype the learner
+computes in.
 """
 
 from __future__ import annotations
@@ -70,7 +71,8 @@ def main() -> None:
     for name, compile_ in (("eager", False), ("compiled", True)):
         settings = LearnerSettings(learning_rate=1e-7, lr_scheduler_type="constant",
                                    warm_up_steps=0, total_optimizer_steps=1000,
-                                   bf16_autocast=bf16, compile=compile_)
+                                   bf16_autocast=bf16,
+                                   compile_backend="inductor" if compile_ else None)
         torch.manual_seed(0)
         learners[name] = Learner(load_causal_lm(model_dir), None, settings)
     shape = ModelShape.of(learners["eager"].policy)

@@ -38,7 +38,7 @@ def learner_settings(cfg: Config, bf16: bool = False) -> LearnerSettings:
         betas=(opt.adam_beta1, opt.adam_beta2), eps=opt.adam_eps,
         bf16_autocast=bf16,
         gradient_checkpointing=cfg.model.gradient_checkpointing,
-        compile=cfg.model.compile,
+        compile_backend="inductor" if cfg.model.compile else None,
         max_tokens_per_micro_batch=cfg.algorithm.max_tokens_per_micro_batch)
 
 

@@ -264,9 +264,10 @@ def test_compiled_layers_on_two_fsdp_ranks_match_an_eager_process(ray_session, t
     from rlvr.models import load_causal_lm
 
     spec = _spec(tiny_model_dir, sharding="fsdp", timeout_s=120)
-    spec = dataclasses.replace(spec, settings=dataclasses.replace(spec.settings, compile=True))
+    spec = dataclasses.replace(spec, settings=dataclasses.replace(spec.settings,
+                                                             compile_backend="aot_eager"))
     policy = load_causal_lm(tiny_model_dir)
-    local = Learner(policy, None, dataclasses.replace(spec.settings, compile=False))
+    local = Learner(policy, None, dataclasses.replace(spec.settings, compile_backend=None))
     ray_learner = GroupLearner(LearnerGroup(spec, 2, backend="ray"),
                                load_causal_lm(tiny_model_dir))
     try:

@@ -1,6 +1,10 @@
 """Compiled decoder layers (`model.compile`): the same logprobs, gradients and updates as eager,
 one graph for every layer and for batches of other shapes, each model compiled on its own
-layers, LoRA included; a model without a layer list is refused by name."""
+layers, LoRA included; a model without a layer list is refused by name.
+
+The logprob and gradient test compiles with inductor, as runs do; the learner tests use
+aot_eager, which captures the same graphs (forward, backward, guards) without generating code,
+because a cold inductor compile costs 10-20 s a graph on 2 cores."""
 
 from __future__ import annotations
 
@@ -84,7 +88,7 @@ def test_a_compiling_learner_updates_as_an_eager_one(tiny_model_dir):
     for compile_ in (False, True):
         policy = load_causal_lm(tiny_model_dir)
         learners.append(Learner(policy, Learner.frozen_copy(policy),
-                                _settings(compile=compile_)))
+                                _settings(compile_backend="aot_eager" if compile_ else None)))
     eager, compiled = learners
     for model in (compiled.policy, compiled.reference):
         for layer in decoder_layers(model):
@@ -109,7 +113,8 @@ def test_a_compiled_lora_policy_switches_its_adapters_off_for_the_reference(tiny
 
     lora = LoraSettings(rank=4, alpha=8.0, init_seed=3)
     eager, compiled = (Learner(wrap_lora(load_causal_lm(tiny_model_dir), lora), None,
-                               _settings(compile=c), reference_is_base=True)
+                               _settings(compile_backend="aot_eager" if c else None),
+                               reference_is_base=True)
                        for c in (False, True))
     batch = _batch(3, seed=20)
     want = eager.update(batch, _loss(batch), 1, 1, 1.0)
@@ -147,5 +152,5 @@ def test_the_config_reaches_the_learner():
     from rlvr.settings import learner_settings
 
     cfg = load_config(None, ["model.compile=true"])
-    assert learner_settings(cfg).compile is True
-    assert learner_settings(load_config(None, [])).compile is False
+    assert learner_settings(cfg).compile_backend == "inductor"
+    assert learner_settings(load_config(None, [])).compile_backend is None

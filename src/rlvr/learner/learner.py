@@ -75,7 +75,8 @@ class LearnerSettings:
     eps: float = 1e-8
     bf16_autocast: bool = False  # resolved (rlvr.device): autocast of an unsharded policy
     gradient_checkpointing: bool = False
-    compile: bool = False  # torch.compile each decoder layer (`rlvr.learner.compiling`)
+    # torch.compile each decoder layer with this backend (`rlvr.learner.compiling`); None: no.
+    compile_backend: str | None = None
     max_tokens_per_micro_batch: int | None = None  # see `plan_micro_batches`
 
 
@@ -208,10 +209,10 @@ class Learner:
         self.settings = settings
         if settings.gradient_checkpointing:
             policy.gradient_checkpointing_enable()
-        if settings.compile:  # last: the models are final here (copied, sharded, wrapped)
+        if settings.compile_backend:  # last: the models are final (copied, sharded, wrapped)
             for model in (policy, reference):
                 if model is not None:
-                    compile_decoder_layers(model)
+                    compile_decoder_layers(model, settings.compile_backend)
         # Every parameter of a plain policy; a LoRA policy's adapters only.
         self.trainable = trainable_parameters(policy)
         # Fused: one kernel over every tensor (torch has it for CPUs and GPUs alike) instead of

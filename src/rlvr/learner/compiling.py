@@ -2,11 +2,12 @@
 
 Why per layer and not the whole model: every layer of a decoder runs the same code, so one
 compiled graph serves them all (torch inlines the module and takes its weights as inputs): the
-compile costs one layer's, about 5 s forward and backward for SmolLM2 on 2 CPU cores, not 30
-layers'. Inductor fuses what eager runs as separate passes over memory (the norms, rotary
-embeddings, the gated activation, residual adds, autocast's casts); the matmuls and attention
-stay library kernels. Measured on SmolLM2-135M, a quick-start batch of 1,469 tokens, bf16
-autocast, 2 CPU cores: an update takes 4.9-5.3 s compiled instead of 5.8 s.
+compile costs one layer's, not 30 layers'. For SmolLM2 on 2 CPU cores, forward and backward,
+that is about 20 s with an empty kernel cache and a few seconds from the cache (inductor keeps
+it on disk, `TORCHINDUCTOR_CACHE_DIR`). Inductor fuses what eager runs as separate passes over
+memory (the norms, rotary embeddings, the gated activation, residual adds, autocast's casts);
+the matmuls and attention stay library kernels. On a quick-start batch of SmolLM2 (1,466
+tokens, bf16 autocast, 2 CPU cores) an update ran 1.05-1.11x faster (`benchmarks/compile.py`).
 
 Why `forward` and not the module (`nn.Module.compile`): hooks stay outside the graph. FSDP2's
 gather and reshard hooks and gradient checkpointing wrap the layer's call, which the compiled
@@ -14,7 +15,7 @@ gather and reshard hooks and gradient checkpointing wrap the layer's call, which
 
 Shapes are dynamic: a packed batch's rows and length change every step, and a graph per shape
 would recompile every step. A micro-batch of one row is a second graph (torch specialises
-sizes of 1), as is the reference's and the behaviour policy's no-grad pass.
+sizes of 1), as is a pass without gradients (the reference's).
 
 Compile the model where it will run, last: a deep copy taken afterwards would call the
 original's layers (the compiled function holds the original's bound `forward`).

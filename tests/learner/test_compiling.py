@@ -17,8 +17,9 @@ from torch._dynamo.utils import counters
 from rlvr.algorithm.losses import LossParams, PolicyLoss
 from rlvr.algorithm.packing import SequenceToPack, pack_sequences
 from rlvr.learner import Learner, LearnerSettings
-from rlvr.learner.compiling import compile_decoder_layers, decoder_layers
+from rlvr.learner.compiling import compile_decoder_layers
 from rlvr.learner.forward import forward_logprobs
+from rlvr.models import decoder_layers
 
 
 def _batch(num_groups: int, seed: int, pack_length: int = 48):

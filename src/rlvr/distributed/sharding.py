@@ -48,6 +48,7 @@ from torch.distributed.fsdp import (CPUOffloadPolicy, FSDPModule, MixedPrecision
 from rlvr.device import Device
 from rlvr.distributed.world import World
 from rlvr.learner.forward import forward_logprobs
+from rlvr.models import decoder_layers
 from rlvr.types import PackedBatch
 
 ShardingMode = Literal["none", "ddp", "fsdp"]
@@ -115,8 +116,7 @@ def sharded_forward_logprobs(model: torch.nn.Module, batch: PackedBatch, tempera
 
 
 def _decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
-    decoder = model.get_decoder() if hasattr(model, "get_decoder") else model
-    layers = getattr(decoder, "layers", None)
+    layers = decoder_layers(model)
     if layers is None:
         raise ValueError(f"{type(model).__name__} has no decoder `layers` to shard")
     return list(layers)

@@ -25,24 +25,19 @@ from __future__ import annotations
 
 import torch
 
-
-def decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList:
-    """The decoder's repeated layers (`get_decoder().layers`, where transformers' decoder-only
-    models keep them, under a PEFT wrapper too); ValueError for a model without them."""
-    decoder = model.get_decoder() if hasattr(model, "get_decoder") else model
-    layers = getattr(decoder, "layers", None)
-    if not isinstance(layers, torch.nn.ModuleList) or len(layers) == 0:
-        raise ValueError(f"model.compile: {type(model).__name__} keeps no decoder `layers` "
-                         "list to compile layer by layer; set model.compile=false")
-    return layers
+from rlvr.models import decoder_layers
 
 
 def compile_decoder_layers(model: torch.nn.Module, backend: str = "inductor") -> int:
     """Replace each decoder layer's `forward` with its compiled form (dynamic shapes); returns
-    how many layers. Nothing compiles until the first call. `backend` is torch.compile's:
-    inductor generates the fused kernels; aot_eager captures the same graphs, forward and
-    backward, and runs them eagerly (no code generation: the tests' structural checks)."""
+    how many layers; ValueError for a model without a list of them. Nothing compiles until the
+    first call. `backend` is torch.compile's: inductor generates the fused kernels; aot_eager
+    captures the same graphs, forward and backward, and runs them eagerly (no code generation:
+    the tests' structural checks)."""
     layers = decoder_layers(model)
+    if not isinstance(layers, torch.nn.ModuleList) or len(layers) == 0:
+        raise ValueError(f"model.compile: {type(model).__name__} keeps no decoder `layers` "
+                         "list to compile layer by layer; set model.compile=false")
     for layer in layers:
         layer.forward = torch.compile(layer.forward, backend=backend, dynamic=True)
     return len(layers)

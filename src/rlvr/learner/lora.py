@@ -32,6 +32,8 @@ from typing import Callable, Iterable, Iterator, TypeVar
 
 import torch
 
+from rlvr.models import decoder_layers
+
 ADAPTER = "default"  # PEFT's name for the one adapter rlvr trains
 _PEFT_PREFIX = "base_model.model."  # PeftModel -> LoraModel -> the wrapped model
 _BASE_LAYER = ".base_layer."  # a wrapped linear keeps the original under this name
@@ -62,8 +64,7 @@ class LoraTargetError(ValueError):
 def decoder_linear_modules(model: torch.nn.Module) -> list[str]:
     """Full names of the `nn.Linear` modules inside the model's decoder layers (attention and
     MLP projections), in module order; not the embeddings, not the output head."""
-    decoder = model.get_decoder() if hasattr(model, "get_decoder") else model
-    layers = getattr(decoder, "layers", None)
+    layers = decoder_layers(model)
     if layers is None:
         raise LoraTargetError(f"{type(model).__name__} has no decoder `layers` to put LoRA "
                               "adapters in")

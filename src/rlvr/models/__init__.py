@@ -96,3 +96,11 @@ def load_causal_lm(model_dir: str, dtype: str = "float32",
     return AutoModelForCausalLM.from_pretrained(
         model_dir, dtype=DTYPES[dtype],
         attn_implementation=transformers_names[attn_implementation])
+
+
+def decoder_layers(model: torch.nn.Module) -> torch.nn.Module | None:
+    """The decoder's repeated layers, where transformers' decoder-only models keep them
+    (`get_decoder().layers`, under a PEFT wrapper too), or None for a model that keeps none
+    there. What shards, wraps or compiles a model layer by layer finds the layers here."""
+    decoder = model.get_decoder() if hasattr(model, "get_decoder") else model
+    return getattr(decoder, "layers", None)

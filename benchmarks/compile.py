@@ -5,20 +5,19 @@ in one process, alternating, against this machine's matmul peak measured in the 
 
 Two learners on the same weights, one compiling with inductor (as `model.compile` does); each
 gets the same batches in turn, so both see the same machine state. Batches have the quick
-start's shape: 8 addition prompts from SmolLM2's chat template, 8 responses each of 12-24
-random tokens ("full", about 1,450 tokens), and a late one of 2 prompts with 6-9-token answers
-("late"); the quick start's two micro-batches, bf16 autocast where the CPU has it natively (as
-the run decides), DAPO's loss. Printed per batch and setting: the first update (for the
-compiled learner, the compile), the median of the next `--updates`, tokens per second and MFU,
-which counts as the run's `learner_mfu` does (6N + 12LHS FLOPs per token,
-`rlvr.metrics.throughput`) and also by 6N alone, against the peak of the dtype the learner
-computes in.
+start's shape (`configs/quickstart.yaml`, built by `benchmarks/learners.py`'s `build_batch`):
+8 addition prompts from SmolLM2's chat template, 8 responses each of 8-32 random tokens
+("full"), and a late one of 2 prompts with 2-9-token answers ("late"); the config's two
+micro-batches, bf16 autocast where the CPU has it natively (as the run decides), DAPO's loss.
+Printed per batch and setting: the first update (for the compiled learner, the compile), the
+median of the next `--updates`, tokens per second and MFU, which counts as the run's
+`learner_mfu` does (6N + 12LHS FLOPs per token, `rlvr.metrics.throughput`) and also by 6N
+alone, against the peak of the dtype the learner computes in.
 """
 
 from __future__ import annotations
 
 import argparse
-import random
 import statistics
 import time
 
@@ -27,21 +26,20 @@ import torch
 from rlvr.device import cpu_name
 
 
-def quick_start_batch(tokenizer, prompts: int, answer_tokens: tuple[int, int], seed: int):
-    from rlvr.algorithm.packing import SequenceToPack, pack_sequences
+def quick_start_batches(cfg, tokenizer) -> dict:
+    """A full quick-start batch and a late one (few groups, short answers), built as
+    `benchmarks/learners.py` builds its batches."""
+    from learners import build_batch  # benchmarks/ is on sys.path when run as a script
 
-    rng = random.Random(seed)
-    seqs = []
-    for _ in range(prompts):
-        a, b = rng.randint(0, 9), rng.randint(0, 9)
-        messages = [{"role": "user", "content": f"What is {a} + {b}? Answer with the number."}]
-        prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True,
-                                               tokenize=True, return_dict=False)
-        for k in range(8):
-            n = rng.randint(*answer_tokens)
-            seqs.append(SequenceToPack(list(prompt), [rng.randrange(3, 49000) for _ in range(n)],
-                                       [-1.0] * n, advantage=(-1.0) ** k, index=len(seqs)))
-    return pack_sequences(seqs, pack_length=256, pad_id=tokenizer.pad_token_id)
+    r = cfg.rollout
+
+    def shape(prompts: int, response_length: int, seed: int) -> argparse.Namespace:
+        return argparse.Namespace(prompts=prompts, samples=r.num_samples_per_prompt_rollout,
+                                  response_length=response_length, seed=seed)
+
+    return {"full": build_batch(shape(r.num_unique_prompts_rollout, r.response_length, 1), cfg,
+                                tokenizer),
+            "late": build_batch(shape(2, 9, 2), cfg, tokenizer)}
 
 
 def main() -> None:
@@ -52,6 +50,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
 
     from rlvr.algorithm.losses import LossParams, PolicyLoss
+    from rlvr.config import load_config
     from rlvr.device import cpu_has_native_bf16, keep_freed_host_memory
     from rlvr.learner import Learner, LearnerSettings
     from rlvr.metrics.throughput import (ModelShape, measure_matmul_flops,
@@ -77,15 +76,14 @@ def main() -> None:
         learners[name] = Learner(load_causal_lm(model_dir), None, settings)
     shape = ModelShape.of(learners["eager"].policy)
 
-    batches = {"full": quick_start_batch(tokenizer, 8, (12, 24), seed=1),
-               "late": quick_start_batch(tokenizer, 2, (6, 9), seed=2)}
-    for label, batch in batches.items():
+    cfg = load_config("configs/quickstart.yaml")
+    for label, batch in quick_start_batches(cfg, tokenizer).items():
         loss = PolicyLoss("dapo", LossParams(0.2, 0.28, 0.0, 1, float(batch.num_response_tokens)))
         times: dict[str, list[float]] = {name: [] for name in learners}
         for _ in range(args.updates + 1):  # the first of each is the warm-up (or the compile)
             for name, learner in learners.items():
                 start = time.perf_counter()
-                learner.update(batch, loss, 2, 1, 1.0)
+                learner.update(batch, loss, cfg.algorithm.num_mini_batches, 1, 1.0)
                 times[name].append(time.perf_counter() - start)
         rows, length = batch.input_ids_RL.shape
         seq_len = batch.num_tokens // batch.num_sequences

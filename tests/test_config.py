@@ -70,7 +70,7 @@ def test_wrong_type_names_the_field():
     (["rollout.async_steps=1", "algorithm.active_sampling=true"], "algorithm.active_sampling"),
     (["rollout.engine=vllm", "rollout.vllm_max_model_len=64"], "rollout.vllm_max_model_len"),
     (["model.device=tpu"], "model.device"),
-    (["model.attn_implementation=eager"], "model.attn_implementation"),
+    (["model.attn_implementation=flash_attention_3"], "model.attn_implementation"),
     (["checkpoint.state_format=zip"], "checkpoint.state_format"),
     (["rollout.vllm_gpu_memory_utilization=1.5"], "rollout.vllm_gpu_memory_utilization"),
     (["rollout.weight_sync_bucket_mb=0"], "rollout.weight_sync_bucket_mb"),

@@ -96,7 +96,8 @@ def test_a_sliding_window_shorter_than_a_sequence_is_refused():
     check_attention_window(llama, 10_000)  # no window
 
 
-# --- Attention implementations: flex (block mask) and flash (varlen) against sdpa (dense mask).
+# --- Attention implementations: eager (additive mask), flex (block mask) and flash (varlen)
+# against sdpa (dense boolean mask).
 
 def _shared_prompt_batch():
     """Two rows: a group of four responses after one shared prompt, then a second prompt's
@@ -116,6 +117,68 @@ def flex_model(tiny_model_dir):
     from rlvr.models import load_causal_lm
 
     return load_causal_lm(tiny_model_dir, attn_implementation="flex")
+
+
+@pytest.fixture(scope="module")
+def eager_model(tiny_model_dir):
+    from rlvr.models import load_causal_lm
+
+    return load_causal_lm(tiny_model_dir, attn_implementation="eager")
+
+
+def test_eager_logprobs_and_gradients_equal_sdpa(tiny_model, eager_model):
+    """Eager attention adds its mask to the scores: given the additive mask it confines shared
+    prompts, siblings and padding as sdpa's boolean mask does, with the same logprobs, entropy
+    and gradients (a boolean mask would be added as 0/1 and confine nothing)."""
+    batch = _shared_prompt_batch()
+    results = []
+    for model in (tiny_model, eager_model):
+        model.zero_grad()
+        logprobs_RL, entropy_RL = forward_logprobs(model, batch, 0.7, with_entropy=True)
+        (logprobs_RL * batch.advantages_RL)[batch.response_mask_RL].sum().backward()
+        grads = {name: p.grad.clone() for name, p in model.named_parameters()}
+        results.append((logprobs_RL.detach(), entropy_RL, grads))
+        model.zero_grad()
+    (dense_RL, dense_entropy_RL, dense), (eager_RL, eager_entropy_RL, eager) = results
+    torch.testing.assert_close(eager_RL, dense_RL, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(eager_entropy_RL, dense_entropy_RL, atol=1e-5, rtol=1e-5)
+    for name in dense:
+        assert torch.isfinite(eager[name]).all(), name
+        torch.testing.assert_close(eager[name], dense[name], atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_eager_under_bf16_autocast_stays_near_float32(tiny_model, eager_model):
+    """How the learner runs it on a bf16 CPU or GPU: matmuls in bf16, the masked scores and
+    softmax in float32 (the additive mask is float32). Its logprobs are as close to float32's
+    as sdpa's under the same autocast."""
+    batch = _shared_prompt_batch()
+    with torch.no_grad():
+        exact_RL, _ = forward_logprobs(tiny_model, batch, 1.0)
+        gaps = []
+        for model in (tiny_model, eager_model):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                half_RL, _ = forward_logprobs(model, batch, 1.0)
+            gaps.append(float((half_RL - exact_RL)[batch.response_mask_RL].abs().max()))
+    sdpa_gap, eager_gap = gaps
+    assert eager_gap < max(2 * sdpa_gap, 0.05), gaps
+
+
+def test_additive_mask_is_the_boolean_mask():
+    from rlvr.learner.forward import packed_additive_mask
+
+    segment = torch.tensor([[0, 0, 1, 1, 2, -1], [0, 0, 0, 1, -1, -1]])
+    parent = torch.tensor([[-1, -1, 0, 0, 0, -1], [-1, -1, -1, 0, -1, -1]])
+    additive = packed_additive_mask(segment, parent)
+    allowed = packed_attention_mask(segment, parent)
+    assert additive.dtype == torch.float32 and additive.shape == allowed.shape
+    assert torch.equal(additive == 0, allowed)
+    assert (additive[~allowed] == torch.finfo(torch.float32).min).all()
+
+
+def test_eager_model_passes_the_logit_path_check(eager_model):
+    from rlvr.learner.forward import check_logit_path
+
+    check_logit_path(eager_model)
 
 
 def test_flex_logprobs_equal_sdpa_with_shared_prompts(tiny_model, flex_model):
@@ -211,8 +274,9 @@ def test_flash_is_refused_when_prompts_are_shared():
         check_packed_attention(flash, share_prompts=True)
     check_packed_attention(flash, share_prompts=False)
     check_packed_attention(_fake_model("flex_attention"), share_prompts=True)
+    check_packed_attention(_fake_model("eager"), share_prompts=True)
     with pytest.raises(ValueError, match="cannot be trained on packed rows"):
-        check_packed_attention(_fake_model("eager"), share_prompts=False)
+        check_packed_attention(_fake_model("paged|eager"), share_prompts=False)
 
 
 def test_flash_inputs_give_transformers_one_sequence_per_unit():
@@ -238,20 +302,23 @@ def test_flash_inputs_give_transformers_one_sequence_per_unit():
         varlen_inputs(pack_sequences(seqs, pack_length=10, share_prompts=True))
 
 
-def test_load_causal_lm_names_the_implementations(tiny_model_dir, tiny_model, flex_model):
+def test_load_causal_lm_names_the_implementations(tiny_model_dir, tiny_model, flex_model,
+                                                  eager_model):
     from rlvr.models import load_causal_lm
 
     assert tiny_model.config._attn_implementation == "sdpa"  # the default
     assert flex_model.config._attn_implementation == "flex_attention"
+    assert eager_model.config._attn_implementation == "eager"
     with pytest.raises(ValueError, match="not one of"):
-        load_causal_lm(tiny_model_dir, attn_implementation="eager")
+        load_causal_lm(tiny_model_dir, attn_implementation="flash_attention_3")
 
 
 @pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
-def test_no_tensor_is_created_on_an_implicit_device(tiny_model, flex_model, reference_flex):
+def test_no_tensor_is_created_on_an_implicit_device(tiny_model, flex_model, eager_model,
+                                                    reference_flex):
     """With the default device set to meta, a tensor created without `device=` lands on meta
     and the forward fails (it did: `torch.ones(L, L)` of the dense mask). The batch and model
-    are on the host; sdpa runs forward and backward, flex its forward (block mask included;
+    are on the host; sdpa and eager run forward and backward, flex its forward (block mask included;
     the reference kernel, as compiling one under meta takes 30 s cold), flash the part that
     runs without CUDA: its inputs."""
     from rlvr.algorithm.sequences import sequence_lengths_per_token, sequence_mean_per_token
@@ -266,6 +333,8 @@ def test_no_tensor_is_created_on_an_implicit_device(tiny_model, flex_model, refe
     try:
         logprobs_RL, entropy_RL = forward_logprobs(tiny_model, batch, 1.0, with_entropy=True)
         logprobs_RL.sum().backward()
+        eager_RL, _ = forward_logprobs(eager_model, batch, 1.0)
+        eager_RL.sum().backward()
         with torch.no_grad():
             flex_RL, _ = forward_logprobs(flex_model, batch, 1.0)
         lengths_RL = sequence_lengths_per_token(batch.sequence_index_RL, batch.response_mask_RL)
@@ -275,7 +344,9 @@ def test_no_tensor_is_created_on_an_implicit_device(tiny_model, flex_model, refe
     finally:
         torch.set_default_device(default)
         tiny_model.zero_grad()
-    for tensor in (logprobs_RL, entropy_RL, flex_RL, lengths_RL, means_RL, *varlen.values()):
+        eager_model.zero_grad()
+    for tensor in (logprobs_RL, entropy_RL, eager_RL, flex_RL, lengths_RL, means_RL,
+                   *varlen.values()):
         assert tensor.device == HOST
 
 

@@ -211,8 +211,13 @@ def test_guard_refuses_an_unknown_architecture_with_a_logit_setting():
 
 
 def test_guard_refuses_attention_that_ignores_the_packed_mask():
+    # Eager attention adds its mask to the scores: the learner gives it an additive mask
+    # (`packed_additive_mask`). A model whose attention the learner has no mask for is refused.
+    check_logit_path(_llama(attention="eager"))
+    model = _llama(attention="eager")
+    model.config._attn_implementation = "paged|eager"
     with pytest.raises(ValueError, match="cannot be trained on packed rows"):
-        check_logit_path(_llama(attention="eager"))
+        check_logit_path(model)
 
 
 def test_guard_names_an_architecture_the_learner_cannot_run():

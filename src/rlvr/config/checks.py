@@ -327,7 +327,7 @@ def validate(cfg: Config) -> None:
     _choice(errors, "model.dtype", cfg.model.dtype, {"float32", "bfloat16"})
     _choice(errors, "model.device", cfg.model.device, {"auto", "cpu", "cuda"})
     _choice(errors, "model.attn_implementation", cfg.model.attn_implementation,
-            {"sdpa", "flex", "flash_attention_2"})
+            {"sdpa", "eager", "flex", "flash_attention_2"})
     _choice(errors, "checkpoint.state_format", cfg.checkpoint.state_format, {"full", "sharded"})
     _check_gpu_settings(errors, cfg)
     _check_lora(errors, cfg)

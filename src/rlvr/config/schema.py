@@ -52,9 +52,11 @@ class ModelConfig:
     # parameters and fp32 gradient reduction, when sharded). null: on where bf16 is native
     # (GPUs with bf16, CPUs with AVX512-BF16/AMX), off elsewhere (emulated bf16 is slower).
     bf16_autocast: Optional[bool] = None
-    # Attention of packed rows: sdpa (a dense block-diagonal mask, any device) | flex (torch
-    # flex attention with a document mask, block-sparse) | flash_attention_2 (varlen kernels
-    # through packed position ids; CUDA with flash-attn installed).
+    # Attention of packed rows: sdpa (a dense block-diagonal mask, any device) | eager
+    # (transformers' explicit matmul-softmax attention with the same mask, additive; any device;
+    # faster than sdpa only on short rows, about 256 tokens, of a compiled bf16 CPU learner) | flex
+    # (torch flex attention with a document mask, block-sparse) | flash_attention_2 (varlen
+    # kernels through packed position ids; CUDA with flash-attn installed).
     attn_implementation: str = "sdpa"
     num_threads: int = 0  # torch intra-op threads; 0 keeps torch's default
     # Keep freed host memory in the C allocator for reuse (glibc: no mmap, no trim) instead of

@@ -8,13 +8,20 @@ the model's attention implementation (`model.config._attn_implementation`, set b
 inputs.
 - sdpa: a dense boolean [R, 1, L, L] mask (`packed_attention_mask`); any device. Every query
   still scores every key of its row, so its cost grows with the row length squared.
+- eager: transformers' explicit attention (two matmuls and a float32 softmax, every score kept
+  for the backward pass), which adds its mask to the scores: the same visibility as an additive
+  float mask (`packed_additive_mask`); a boolean one would be added as 0/1 and hide nothing.
+  Any device. Its scores cost memory and time growing with the row length squared, but on
+  short rows of a bf16 CPU learner, compiled (`model.compile`: inductor fuses the masking and
+  softmax), it beats sdpa's CPU flash kernel, whose bf16 backward is slow at those shapes
+  (`benchmarks/compile.py`, `benchmarks/attention.py`).
 - flex_attention: the same visibility as a block-sparse `BlockMask` (`packed_block_mask`):
   blocks of keys no query of a block may see are skipped. torch 2.13 has no flex backward on
   CPU (`check_attention_backward` refuses it there).
 - flash_attention_2: no mask; transformers' varlen path reads sequence starts off position ids
   restarting at 0, so every token sees its whole contiguous sequence: it cannot let responses
   share a prompt (`check_packed_attention`). CUDA with flash-attn only.
-Eager attention silently ignores a 4-D mask and is not offered.
+Other implementations (paged, flash 3 and 4) are refused.
 
 The learner runs the decoder and the vocabulary projection itself, at response positions only,
 instead of the model's `forward`; so whatever an architecture's `forward` does to its logits
@@ -106,6 +113,18 @@ def packed_attention_mask(segment_ids_RL: torch.Tensor,
     return (allowed_RLL & causal_LL)[:, None]
 
 
+def packed_additive_mask(segment_ids_RL: torch.Tensor,
+                         parent_segment_RL: torch.Tensor) -> torch.Tensor:
+    """`packed_attention_mask` as float32 [R, 1, L, L] to add to attention scores: 0 where a
+    query may attend, float32's lowest where it may not. Lowest rather than -inf, so a row with
+    no visible key could not turn the softmax into NaN; float32 whatever the compute dtype, so
+    the masked scores (and the softmax eager attention takes in float32) are float32 too."""
+    allowed_R1LL = packed_attention_mask(segment_ids_RL, parent_segment_RL)
+    hidden = torch.finfo(torch.float32).min
+    return torch.zeros(allowed_R1LL.shape, dtype=torch.float32,
+                       device=allowed_R1LL.device).masked_fill_(~allowed_R1LL, hidden)
+
+
 def packed_block_mask(segment_ids_RL: torch.Tensor, parent_segment_RL: torch.Tensor) -> BlockMask:
     """The visibility of `packed_attention_mask` as a flex-attention `BlockMask` [R, 1, L, L],
     except that padding sees nothing: flex gives a query with no key a zero output (sdpa gives
@@ -133,6 +152,12 @@ def _dense_mask_inputs(batch: PackedBatch) -> dict:
     return {"input_ids": batch.input_ids_RL, "position_ids": batch.position_ids_RL,
             "attention_mask": packed_attention_mask(batch.segment_ids_RL,
                                                     batch.parent_segment_RL)}
+
+
+def _additive_mask_inputs(batch: PackedBatch) -> dict:
+    return {"input_ids": batch.input_ids_RL, "position_ids": batch.position_ids_RL,
+            "attention_mask": packed_additive_mask(batch.segment_ids_RL,
+                                                   batch.parent_segment_RL)}
 
 
 def _block_mask_inputs(batch: PackedBatch) -> dict:
@@ -181,6 +206,7 @@ def _flex_backward_error(device: torch.device) -> str | None:
 # Keyed on transformers' names for the implementations (`model.config._attn_implementation`).
 PACKED_ATTENTION: dict[str, PackedAttention] = {
     "sdpa": PackedAttention(_dense_mask_inputs, shares_prompts=True),
+    "eager": PackedAttention(_additive_mask_inputs, shares_prompts=True),
     "flex_attention": PackedAttention(_block_mask_inputs, shares_prompts=True,
                                       backward_error=_flex_backward_error),
     "flash_attention_2": PackedAttention(_varlen_inputs, shares_prompts=False),
@@ -189,12 +215,12 @@ PACKED_ATTENTION: dict[str, PackedAttention] = {
 
 def packed_attention(model: torch.nn.Module) -> PackedAttention:
     """The packed-row inputs of the model's attention implementation; ValueError for one that
-    cannot confine packed sequences (eager ignores a 4-D mask)."""
+    rlvr does not know how to confine to packed sequences."""
     name = model.config._attn_implementation
     if name not in PACKED_ATTENTION:
         raise ValueError(f"{type(model).__name__} runs attn_implementation={name!r}, so it "
-                         "cannot be trained on packed rows (eager attention ignores their 4-D "
-                         f"mask): load it with one of {sorted(PACKED_ATTENTION)} "
+                         "cannot be trained on packed rows (rlvr gives no mask of that "
+                         f"implementation's kind): load it with one of {sorted(PACKED_ATTENTION)} "
                          "(rlvr.models.load_causal_lm)")
     return PACKED_ATTENTION[name]
 
@@ -470,7 +496,7 @@ def _describe(own_NV: torch.Tensor, ours_NV: torch.Tensor) -> str:
 def check_attention_window(model: torch.nn.Module, max_sequence_length: int) -> None:
     """Raise ValueError if the model's sliding-window attention is shorter than a sequence.
 
-    Packed rows carry one mask for every layer (`packed_attention_mask`, `packed_block_mask`),
+    Packed rows carry one mask for every layer (`packed_attention_mask` and its kin),
     which has no window: a sliding-window layer would see keys its own forward hides, and logprobs drift
     (0.78 nats measured on a tiny Gemma2 with a window of 4). While every sequence fits in the
     window the two agree, so only longer sequences are refused.

@@ -77,12 +77,13 @@ def load_tokenizer(model_dir: str):
 def load_causal_lm(model_dir: str, dtype: str = "float32",
                    attn_implementation: str = "sdpa") -> torch.nn.Module:
     """A causal LM whose attention can confine packed sequences (`rlvr.learner.forward`), named
-    as `model.attn_implementation`: sdpa (a boolean 4-D mask), flex (torch flex attention with
-    a block mask) or flash_attention_2 (varlen kernels; CUDA with flash-attn installed, else
-    transformers raises ImportError). Eager attention silently ignores a 4-D mask: not offered."""
+    as `model.attn_implementation`: sdpa (a boolean 4-D mask), eager (transformers' explicit
+    attention, given an additive float mask), flex (torch flex attention with a block mask) or
+    flash_attention_2 (varlen kernels; CUDA with flash-attn installed, else transformers raises
+    ImportError)."""
     from transformers import AutoModelForCausalLM
 
-    transformers_names = {"sdpa": "sdpa", "flex": "flex_attention",
+    transformers_names = {"sdpa": "sdpa", "eager": "eager", "flex": "flex_attention",
                           "flash_attention_2": "flash_attention_2"}
     if attn_implementation not in transformers_names:
         raise ValueError(f"attn_implementation={attn_implementation!r} is not one of "

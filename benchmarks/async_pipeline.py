@@ -12,10 +12,10 @@ ratio. --actors runs the engine as a Ray actor and the learner as another (each 
 process; weights broadcast from the learner). --curve runs full quick-start runs (eval every 5
 steps) with the transformers engine synchronously, vLLM synchronously, vLLM with
 async_steps=1, vLLM synchronously with fp32 weights, with one micro-batch, with compiled
-decoder layers and with glibc's default allocator (`--runs` picks), per seed, prints
-eval/scores with the wall time at which each was measured, the peak RSS, and when each first
-reached --level. Every run gets an empty cache of compiled kernels (TORCHINDUCTOR_CACHE_DIR),
-so compiling costs what it costs a first run.
+decoder layers, with eager attention (compiled or not) and with glibc's default allocator
+(`--runs` picks), per seed, prints eval/scores with the wall time at which each was measured,
+the peak RSS, and when each first reached --level. Every run gets an empty cache of compiled
+kernels (TORCHINDUCTOR_CACHE_DIR), so compiling costs what it costs a first run.
 """
 
 from __future__ import annotations
@@ -82,6 +82,13 @@ CURVE_RUNS = {
                                    "algorithm.num_mini_batches=1"],
     # each decoder layer compiled (model.compile; the compile counts in the wall time)
     "vllm sync, compiled": ["rollout.engine=vllm", "rollout.async_steps=0", "model.compile=true"],
+    # transformers' eager attention (explicit matmuls and softmax, an additive mask), then also
+    # compiled: inductor fuses its masking and softmax
+    "vllm sync, eager attention": ["rollout.engine=vllm", "rollout.async_steps=0",
+                                   "model.attn_implementation=eager"],
+    "vllm sync, compiled, eager attention": ["rollout.engine=vllm", "rollout.async_steps=0",
+                                             "model.compile=true",
+                                             "model.attn_implementation=eager"],
     # glibc's default allocator behaviour (freed large blocks unmapped; rlvr.device)
     "vllm sync, malloc trims": ["rollout.engine=vllm", "rollout.async_steps=0",
                                 "model.keep_freed_host_memory=false"],

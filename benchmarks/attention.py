@@ -1,13 +1,15 @@
-"""Seconds per pass over packed rows: sdpa with a dense mask against flex attention with a
-block mask (`model.attn_implementation` sdpa | flex, `rlvr.learner.forward`), on this machine.
+"""Seconds per pass over packed rows: sdpa with a dense mask against eager attention with the
+same mask, additive, and flex attention with a block mask (`model.attn_implementation` sdpa |
+eager | flex, `rlvr.learner.forward`), on this machine.
 
-Both run the learner's own path (`forward_logprobs`) on one model with the same weights, built
+All run the learner's own path (`forward_logprobs`) on one model with the same weights, built
 from a config (SmolLM2-135M's shape by default, random weights: nothing to download). Batches
 hold the quick start's groups (a 44-token prompt shared by 8 responses of 8-32 tokens) packed
 into rows of each length, the same number of tokens per batch, so only attention's share of the
 work changes with the row length. Passes:
 - train: forward + backward of the summed logprobs (the learner's step, without the optimizer);
   flex only where torch can differentiate it (`check_attention_backward`: not on CPU in 2.13);
+  with --bf16 under bf16 autocast, as the learner computes where bf16 is native;
 - no-grad forward: what the reference model and logprob recomputation run; flex compiled, as
   transformers calls it (the first call per shape compiles: its time is printed apart), and,
   with --flex-eager, flex's unfused reference implementation (it materialises every score);
@@ -18,6 +20,7 @@ are medians, with the minimum.
 
     python benchmarks/attention.py                           # 30 layers, rows of 256/512/1024
     python benchmarks/attention.py --layers 4 --repeats 3    # a quicker look
+    python benchmarks/attention.py --bf16 --lengths 256 512   # a bf16 learner's train pass
 """
 
 from __future__ import annotations
@@ -45,8 +48,9 @@ def build_models(layers: int, device: torch.device) -> dict[str, torch.nn.Module
         return LlamaForCausalLM._from_config(config, attn_implementation=attn_implementation)
 
     torch.manual_seed(0)
-    models = {"sdpa": build("sdpa"), "flex": build("flex_attention")}
-    models["flex"].load_state_dict(models["sdpa"].state_dict())
+    models = {"sdpa": build("sdpa"), "eager": build("eager"), "flex": build("flex_attention")}
+    for name in ("eager", "flex"):
+        models[name].load_state_dict(models["sdpa"].state_dict())
     return {name: model.to(device).eval() for name, model in models.items()}  # no dropout
 
 
@@ -81,10 +85,12 @@ def timed(fn: Callable[[], object]) -> float:
     return time.perf_counter() - start
 
 
-def train_pass(model, batch) -> None:
+def train_pass(model, batch, bf16: bool) -> None:
     from rlvr.learner.forward import forward_logprobs
 
-    logprobs_RL, _ = forward_logprobs(model, batch, temperature=1.0)
+    autocast = torch.autocast(batch.input_ids_RL.device.type, dtype=torch.bfloat16, enabled=bf16)
+    with autocast:
+        logprobs_RL, _ = forward_logprobs(model, batch, temperature=1.0)
     logprobs_RL.sum().backward()
     model.zero_grad(set_to_none=True)
 
@@ -100,7 +106,8 @@ def attention_passes(batch, model) -> dict[str, Callable[[], object]]:
     """One layer's attention (no grad) at the model's shapes, each with its mask prebuilt."""
     from torch.nn.attention.flex_attention import flex_attention
 
-    from rlvr.learner.forward import packed_attention_mask, packed_block_mask
+    from rlvr.learner.forward import (packed_additive_mask, packed_attention_mask,
+                                      packed_block_mask)
 
     config = model.config
     rows, length = batch.input_ids_RL.shape
@@ -109,12 +116,22 @@ def attention_passes(batch, model) -> dict[str, Callable[[], object]]:
     query = torch.randn(rows, config.num_attention_heads, length, head_dim, device=device)
     key = torch.randn(rows, config.num_key_value_heads, length, head_dim, device=device)
     dense = packed_attention_mask(batch.segment_ids_RL, batch.parent_segment_RL)
+    additive = packed_additive_mask(batch.segment_ids_RL, batch.parent_segment_RL)
     block = packed_block_mask(batch.segment_ids_RL, batch.parent_segment_RL)
     compiled = torch.compile(flex_attention)
     with torch.no_grad():
         return {"sdpa": lambda: F.scaled_dot_product_attention(query, key, key, attn_mask=dense,
                                                                enable_gqa=True),
+                "eager": lambda: eager_attention(query, key, key, additive),
                 "flex": lambda: compiled(query, key, key, block_mask=block, enable_gqa=True)}
+
+
+def eager_attention(query, key, value, additive_mask):
+    """What transformers' eager attention computes (keys repeated to the query heads)."""
+    groups = query.shape[1] // key.shape[1]
+    key, value = key.repeat_interleave(groups, 1), value.repeat_interleave(groups, 1)
+    scores = query @ key.transpose(2, 3) * query.shape[-1] ** -0.5 + additive_mask
+    return torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype) @ value
 
 
 def race(passes: dict[str, Callable[[], object]], repeats: int) -> dict[str, list[float]]:
@@ -127,11 +144,12 @@ def race(passes: dict[str, Callable[[], object]], repeats: int) -> dict[str, lis
     for name, t in times.items():
         print(f"    {name:<11} {statistics.median(t):8.4f} s/iteration (median of {repeats}; "
               f"min {min(t):.4f}; first call {first[name]:.2f} s)", flush=True)
-    if "sdpa" in times and "flex" in times:
-        ratio = statistics.median(times["flex"]) / statistics.median(times["sdpa"])
-        per_round = [f / s for f, s in zip(times["flex"], times["sdpa"])]
-        print(f"    flex / sdpa = {ratio:.3f} (per round {min(per_round):.3f}-"
-              f"{max(per_round):.3f}; below 1 means flex is faster)", flush=True)
+    for name in ("eager", "flex"):
+        if "sdpa" in times and name in times:
+            ratio = statistics.median(times[name]) / statistics.median(times["sdpa"])
+            per_round = [f / s for f, s in zip(times[name], times["sdpa"])]
+            print(f"    {name} / sdpa = {ratio:.3f} (per round {min(per_round):.3f}-"
+                  f"{max(per_round):.3f}; below 1 means {name} is faster)", flush=True)
     return times
 
 
@@ -161,6 +179,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--flex-eager", action="store_true",
                         help="also time flex's unfused implementation (no-grad forward)")
+    parser.add_argument("--bf16", action="store_true",
+                        help="train passes under bf16 autocast (as a bf16 learner computes)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
 
@@ -173,7 +193,8 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     device = resolve_device("auto").torch
     print(f"host: {describe_host()}, capability {torch.backends.cpu.get_cpu_capability()}; "
-          f"computing on {device}, float32", flush=True)
+          f"computing on {device}, float32"
+          f"{' (train passes: bf16 autocast)' if args.bf16 else ''}", flush=True)
     models = build_models(args.layers, device)
     print(f"model: SmolLM2-135M's shape with {args.layers} layers, "
           f"{sum(p.numel() for p in models['sdpa'].parameters()) / 1e6:.1f}M parameters")
@@ -192,9 +213,8 @@ def main() -> None:
               f"{batch.num_sequences} sequences); flex computes {computed} of "
               f"{block.kv_indices.numel()} {block.BLOCK_SIZE[0]}x{block.BLOCK_SIZE[1]} blocks",
               flush=True)
-        train = {"sdpa": lambda: train_pass(models["sdpa"], batch)}
-        if flex_trains:
-            train["flex"] = lambda: train_pass(models["flex"], batch)
+        train = {name: (lambda m=models[name]: train_pass(m, batch, args.bf16))
+                 for name in ("sdpa", "eager") + (("flex",) if flex_trains else ())}
         print("  train (forward + backward):", flush=True)
         race(train, args.repeats)
         forward = {name: (lambda m=model: forward_pass(m, batch)) for name, model in

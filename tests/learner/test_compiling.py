@@ -54,10 +54,15 @@ def _fresh_dynamo():
     torch._dynamo.reset()
 
 
-def test_compiled_layers_give_eager_logprobs_and_gradients_with_one_graph(tiny_model_dir):
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+def test_compiled_layers_give_eager_logprobs_and_gradients_with_one_graph(tiny_model_dir,
+                                                                          attention):
+    """With either attention the CPU learner uses: eager attention's additive mask, scores and
+    float32 softmax are what inductor fuses."""
     from rlvr.models import load_causal_lm
 
-    eager, compiled = load_causal_lm(tiny_model_dir), load_causal_lm(tiny_model_dir)
+    eager, compiled = (load_causal_lm(tiny_model_dir, attn_implementation=attention)
+                       for _ in range(2))
     assert compile_decoder_layers(compiled) == len(decoder_layers(eager)) > 1
     graphs = _compiled_graphs()
     # Three shapes (rows x length); after the first, no shape compiles a new graph.

@@ -1,6 +1,6 @@
 """Seconds per pass over packed rows: sdpa with a dense mask against eager attention with the
 same mask, additive, and flex attention with a block mask (`model.attn_implementation` sdpa |
-eager | flex, `rlvr.learner.forward`), on this machine.
+eager | flex, `rlvr.learner.attention`), on this machine.
 
 All run the learner's own path (`forward_logprobs`) on one model with the same weights, built
 from a config (SmolLM2-135M's shape by default, random weights: nothing to download). Batches
@@ -106,8 +106,8 @@ def attention_passes(batch, model) -> dict[str, Callable[[], object]]:
     """One layer's attention (no grad) at the model's shapes, each with its mask prebuilt."""
     from torch.nn.attention.flex_attention import flex_attention
 
-    from rlvr.learner.forward import (packed_additive_mask, packed_attention_mask,
-                                      packed_block_mask)
+    from rlvr.learner.attention import (packed_additive_mask, packed_attention_mask,
+                                        packed_block_mask)
 
     config = model.config
     rows, length = batch.input_ids_RL.shape
@@ -187,7 +187,7 @@ def main() -> None:
     import warnings
 
     from rlvr.device import describe_host, resolve_device
-    from rlvr.learner.forward import check_attention_backward, packed_block_mask
+    from rlvr.learner.attention import check_attention_backward, packed_block_mask
 
     warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
     torch.set_num_threads(args.threads)

@@ -31,8 +31,9 @@ from rlvr.distributed.engine_group import EngineGroup
 from rlvr.distributed.trainer_learner import GroupLearner
 from rlvr.learner import Learner, LearnerProtocol
 from rlvr.learner.lora import LoraTargetError, wrap_lora
-from rlvr.learner.forward import (check_attention_backward, check_attention_window,
-                                  check_logit_path, check_packed_attention)
+from rlvr.learner.attention import (check_attention_backward, check_attention_window,
+                                    check_packed_attention)
+from rlvr.learner.forward import check_logit_path
 from rlvr.metrics import JsonlSink, MetricsLogger, ModelShape, build_sinks
 from rlvr.metrics.traces import TraceWriter
 from rlvr.models import load_causal_lm, load_tokenizer, resolve_model_dir

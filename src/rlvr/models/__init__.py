@@ -76,7 +76,7 @@ def load_tokenizer(model_dir: str):
 
 def load_causal_lm(model_dir: str, dtype: str = "float32",
                    attn_implementation: str = "sdpa") -> torch.nn.Module:
-    """A causal LM whose attention can confine packed sequences (`rlvr.learner.forward`), named
+    """A causal LM whose attention can confine packed sequences (`rlvr.learner.attention`), named
     as `model.attn_implementation`: sdpa (a boolean 4-D mask), eager (transformers' explicit
     attention, given an additive float mask), flex (torch flex attention with a block mask) or
     flash_attention_2 (varlen kernels; CUDA with flash-attn installed, else transformers raises

@@ -32,7 +32,6 @@ import time
 from typing import Callable
 
 import torch
-import torch.nn.functional as F
 
 SMOLLM2_135M = dict(vocab_size=49152, hidden_size=576, intermediate_size=1536,
                     num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=8192,
@@ -103,8 +102,11 @@ def forward_pass(model, batch) -> None:
 
 
 def attention_passes(batch, model) -> dict[str, Callable[[], object]]:
-    """One layer's attention (no grad) at the model's shapes, each with its mask prebuilt."""
+    """One layer's attention (no grad) at the model's shapes, each with its mask prebuilt;
+    sdpa and eager through the very functions the model's layers call (transformers')."""
     from torch.nn.attention.flex_attention import flex_attention
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    from transformers.models.llama.modeling_llama import eager_attention_forward
 
     from rlvr.learner.attention import (packed_additive_mask, packed_attention_mask,
                                         packed_block_mask)
@@ -119,19 +121,12 @@ def attention_passes(batch, model) -> dict[str, Callable[[], object]]:
     additive = packed_additive_mask(batch.segment_ids_RL, batch.parent_segment_RL)
     block = packed_block_mask(batch.segment_ids_RL, batch.parent_segment_RL)
     compiled = torch.compile(flex_attention)
-    with torch.no_grad():
-        return {"sdpa": lambda: F.scaled_dot_product_attention(query, key, key, attn_mask=dense,
-                                                               enable_gqa=True),
-                "eager": lambda: eager_attention(query, key, key, additive),
-                "flex": lambda: compiled(query, key, key, block_mask=block, enable_gqa=True)}
-
-
-def eager_attention(query, key, value, additive_mask):
-    """What transformers' eager attention computes (keys repeated to the query heads)."""
-    groups = query.shape[1] // key.shape[1]
-    key, value = key.repeat_interleave(groups, 1), value.repeat_interleave(groups, 1)
-    scores = query @ key.transpose(2, 3) * query.shape[-1] ** -0.5 + additive_mask
-    return torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype) @ value
+    layer = model.model.layers[0].self_attn  # its head groups and scaling; in eval: no dropout
+    return {"sdpa": lambda: sdpa_attention_forward(layer, query, key, key, dense,
+                                                   scaling=layer.scaling),
+            "eager": lambda: eager_attention_forward(layer, query, key, key, additive,
+                                                     scaling=layer.scaling),
+            "flex": lambda: compiled(query, key, key, block_mask=block, enable_gqa=True)}
 
 
 def race(passes: dict[str, Callable[[], object]], repeats: int) -> dict[str, list[float]]:

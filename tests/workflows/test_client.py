@@ -1,11 +1,13 @@
 """Coalescing the engine calls of concurrent episodes: one batch when all wait, in order."""
 
 import asyncio
+import threading
+from concurrent.futures import Future
 
 import pytest
 
-from rlvr.rollout.client import (BatchCallFailed, Coalescer, EngineClient, EpisodeTracker,
-                                 current_episode)
+from rlvr.rollout.client import (BatchCallFailed, CallerThreadExecutor, Coalescer, EngineClient,
+                                 EpisodeTracker, current_episode)
 from rlvr.types import Completion, SamplingParams
 
 
@@ -95,3 +97,41 @@ def test_a_cancelled_call_is_left_out_of_the_batch():
     assert asyncio.run(main()) == "kept"
     assert calls == [["kept"]]
     coalescer.close()
+
+
+def test_calls_run_on_the_thread_that_serves_and_errors_reach_their_caller():
+    executor = CallerThreadExecutor()
+    ran_on = []
+
+    def job(x):
+        ran_on.append(threading.get_ident())
+        if x == "bad":
+            raise ValueError("bad input")
+        return x * 2
+
+    async def episodes():
+        loop = asyncio.get_running_loop()
+        good = await loop.run_in_executor(executor, job, "a")
+        with pytest.raises(ValueError, match="bad input"):
+            await loop.run_in_executor(executor, job, "bad")
+        return good
+
+    # The event loop runs on a thread of its own (as in EpisodeRunner); this thread serves.
+    loop = asyncio.new_event_loop()
+    threading.Thread(target=loop.run_forever, daemon=True).start()
+    outcome = asyncio.run_coroutine_threadsafe(episodes(), loop)
+    assert executor.serve_until(outcome) == "aa"
+    assert ran_on == [threading.get_ident()] * 2
+    loop.call_soon_threadsafe(loop.stop)
+
+
+def test_calls_left_when_the_outcome_is_done_are_cancelled_not_run():
+    executor = CallerThreadExecutor()
+    outcome = Future()
+    outcome.set_result("done")
+    left = executor.submit(lambda: pytest.fail("ran a call nobody waits for"))
+    assert executor.serve_until(outcome) == "done"
+    assert left.cancelled()
+    later = executor.submit(lambda: 1)
+    executor.shutdown(cancel_futures=True)
+    assert later.cancelled()

@@ -1,6 +1,7 @@
 """The episode runner: one-turn episodes reproduce the batched path; failures are counted."""
 
 import asyncio
+import threading
 
 import pytest
 import torch
@@ -95,6 +96,34 @@ def test_an_engine_failure_is_not_an_episode_failure(tiny_tokenizer, chat_prompt
             runner.run([chat_prompt(i=i) for i in range(3)], SamplingParams(n=2),
                        RewardShaping())
         runner.close()
+
+
+def test_the_engine_decodes_on_the_thread_that_runs_the_step(tiny_tokenizer, chat_prompt):
+    """Not on a thread of its own: torch's OpenMP team is per thread, and a second one slows
+    the learner and the engine alike (rlvr.rollout.client.CallerThreadExecutor)."""
+    class Recording(TurnScriptedEngine):
+        threads = set()
+
+        def generate(self, prompts, params):
+            self.threads.add(threading.get_ident())
+            return super().generate(prompts, params)
+
+    from rlvr.workflows.multi_turn import multi_turn
+
+    engine = Recording(tiny_tokenizer, ["5", "42"])
+    with RewardScorer(num_workers=0) as scorer:
+        runner = _runner(engine, scorer, multi_turn, tiny_tokenizer, max_turns=2)
+        runner.run([chat_prompt(i=i) for i in range(3)], SamplingParams(n=2, max_tokens=64),
+                   RewardShaping())  # two turns: two engine batches
+        elsewhere = []
+        worker = threading.Thread(target=lambda: elsewhere.append(runner.run(
+            [chat_prompt()], SamplingParams(n=2, max_tokens=64), RewardShaping())))
+        worker.start()
+        worker.join()
+        runner.close()
+    # 3 first turns and 6 second ones, then 1 and 2: every turn was answered.
+    assert len(engine.requests) == 3 + 6 + 1 + 2 and elsewhere
+    assert engine.threads == {threading.get_ident(), worker.ident}
 
 
 def test_a_users_workflow_is_named_by_module_and_function():

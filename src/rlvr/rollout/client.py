@@ -16,8 +16,10 @@ Calls made outside any episode (evaluation, scripts) go out at once. So that one
 for long (a hanging tool, a slow judge) cannot stall the others, a request also goes out once it
 has waited `max_wait_s`; only then does timing shape a batch.
 
-One batch per coalescer is in flight at a time; it runs in a thread so the loop stays free for
-episodes that are running tools or scoring.
+One batch per coalescer is in flight at a time; it runs off the loop so the loop stays free for
+episodes that are running tools or scoring. The engine's batches run on the thread that waits
+for the step (`CallerThreadExecutor`, served by `EpisodeRunner.run`), not on a thread of their
+own: see that class for why.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import itertools
-from concurrent.futures import ThreadPoolExecutor
+import queue
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Hashable, Sequence
 
@@ -89,12 +92,74 @@ class _Call:
     episode: int | None = field(default=None)
 
 
+class CallerThreadExecutor(Executor):
+    """Runs each submitted call on the thread blocked in `serve_until(outcome)`, instead of on a
+    thread of its own; one serving thread at a time.
+
+    Why: torch computes with OpenMP, and libgomp gives every thread that starts parallel work a
+    team of worker threads that lives as long as that thread does. Once a process holds more
+    such workers than it has cores, libgomp stops letting idle workers spin and puts them to
+    sleep at once (its "throttled" wait), so each of the thousands of small parallel ops of a
+    forward pass or a decode step waits for a worker to wake. An engine decoding on a thread of
+    its own gave the process that second team for good: from the first batch on, vLLM decoded
+    the quick-start batch at 465 tokens/s instead of 725 and the learner's update took 4.34 s
+    instead of 3.67, its worker thread busy 0.64 of the time instead of 0.96 (2-core Xeon,
+    `benchmarks/engine_thread.py`). Decoding on the thread that waits for the step, the
+    trainer's in a synchronous run, the engine shares the learner's team. (With generation
+    ahead of training the producer thread waits, and two teams really do compute at once.)
+    """
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:
+        future: Future = Future()
+        self._jobs.put((future, fn, args, kwargs))
+        return future
+
+    def serve_until(self, outcome: Future) -> Any:
+        """Run submitted calls here until `outcome` is done; its result (or its error). Calls
+        still queued then are cancelled: everyone who could wait for them has finished."""
+        outcome.add_done_callback(lambda _: self._jobs.put(None))  # wakes the get() below
+        while not outcome.done():
+            job = self._jobs.get()
+            if job is not None:
+                _run_job(*job)
+        self._cancel_queued()
+        return outcome.result()
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        self._cancel_queued()
+
+    def _cancel_queued(self) -> None:
+        while True:
+            try:
+                job = self._jobs.get_nowait()
+            except queue.Empty:
+                return
+            if job is not None:
+                job[0].cancel()
+
+
+def _run_job(future: Future, fn: Callable[..., Any], args: tuple, kwargs: dict) -> None:
+    if not future.set_running_or_notify_cancel():
+        return
+    try:
+        result = fn(*args, **kwargs)
+    except BaseException as e:  # noqa: BLE001  handed to whoever awaits the call
+        future.set_exception(e)
+    else:
+        future.set_result(result)
+
+
 class Coalescer:
     """Gathers `submit(key, item)` calls into `batch_fn(key, items) -> results` (one result per
-    item, in order), one call per key, keys in the order they first appeared."""
+    item, in order), one call per key, keys in the order they first appeared. Batches run on
+    `executor`, by default a thread of the coalescer's own."""
 
     def __init__(self, batch_fn: Callable[[Hashable, list[Any]], Sequence[Any]],
-                 tracker: EpisodeTracker, name: str, max_wait_s: float = 1.0):
+                 tracker: EpisodeTracker, name: str, max_wait_s: float = 1.0,
+                 executor: Executor | None = None):
         self._batch_fn = batch_fn
         self._max_wait_s = max_wait_s
         self._oldest: float | None = None  # loop time the oldest pending call arrived
@@ -104,8 +169,9 @@ class Coalescer:
         self._busy = False
         self._check_scheduled = False
         self._loop: asyncio.AbstractEventLoop | None = None
-        # One thread: batches of one coalescer never overlap (an engine decodes one at a time).
-        self._thread = ThreadPoolExecutor(1, thread_name_prefix=f"rlvr-{name}")
+        # One at a time either way: batches of one coalescer never overlap (an engine decodes one
+        # batch at a time); `_busy` keeps a second from starting.
+        self._executor = executor or ThreadPoolExecutor(1, thread_name_prefix=f"rlvr-{name}")
         tracker.listen(self._schedule_check)
 
     async def submit(self, key: Hashable, item: Any) -> Any:
@@ -122,7 +188,7 @@ class Coalescer:
             self._tracker.wait(call.episode, -1)
 
     def close(self) -> None:
-        self._thread.shutdown(wait=False, cancel_futures=True)
+        self._executor.shutdown(wait=False, cancel_futures=True)
 
     def _schedule_check(self) -> None:
         # After the ready callbacks: tasks started together (asyncio.gather) all submit first.
@@ -152,7 +218,7 @@ class Coalescer:
             for key, group in by_key.items():
                 try:
                     results = await self._loop.run_in_executor(
-                        self._thread, self._batch_fn, key, [c.item for c in group])
+                        self._executor, self._batch_fn, key, [c.item for c in group])
                 except Exception as e:  # noqa: BLE001  handed to every waiting episode
                     error = BatchCallFailed(f"{self._name} failed: {e}")
                     error.__cause__ = e
@@ -170,15 +236,15 @@ class Coalescer:
 
 class EngineClient:
     """The async face of any engine: `await generate(prompt_ids, params)` -> `params.n`
-    completions of one prompt."""
+    completions of one prompt. A batch engine's calls run on `executor` (see `Coalescer`)."""
 
     def __init__(self, engine: RolloutEngine, tracker: EpisodeTracker | None = None,
-                 max_wait_s: float = 1.0):
+                 max_wait_s: float = 1.0, executor: Executor | None = None):
         self.engine = engine
         self.tracker = tracker or EpisodeTracker()
         self._native = isinstance(engine, AsyncRolloutEngine)
-        self._coalescer = None if self._native else Coalescer(self._generate_batch, self.tracker,
-                                                               "engine", max_wait_s)
+        self._coalescer = None if self._native else Coalescer(
+            self._generate_batch, self.tracker, "engine", max_wait_s, executor)
 
     async def generate(self, prompt_ids: Sequence[int], params: SamplingParams
                        ) -> list[Completion]:

@@ -1,10 +1,11 @@
 """Run a step's episodes concurrently: prompts in, scored groups (`Episodes`) out.
 
 `EpisodeRunner.run(prompts, params, shaping)` starts one episode per prompt on an event loop of
-its own (a thread, so the caller, the trainer or the producer thread, just blocks on the
-result), waits for all, and turns each episode's trajectories into a group of `Sample`s.
-Engine calls of all episodes are batched together (`rlvr.rollout.client`), and so are
-verifier calls.
+its own (a thread), waits for all, and turns each episode's trajectories into a group of
+`Sample`s. Engine calls of all episodes are batched together (`rlvr.rollout.client`), and so are
+verifier calls. While it waits, the calling thread (the trainer's, or the producer thread) runs
+the engine's batches itself, so that the engine and the learner compute on one thread
+(`CallerThreadExecutor` says why that matters).
 
 Failure: an episode that raises, or outlives `episode_timeout_s`, loses its group; both are
 counted (`workflow/errors`, `workflow/timeouts`) and the first error of a step is logged with
@@ -24,8 +25,8 @@ from rlvr.data.templates import ChatTemplate
 from rlvr.producer.groups import Episodes, RewardShaping
 from rlvr.rewards.scorer import RewardScorer, ScoreRequest
 from rlvr.rollout.base import EngineUnavailable, RolloutEngine
-from rlvr.rollout.client import (BatchCallFailed, Coalescer, EngineClient, EpisodeTracker,
-                                 current_episode, episode_position)
+from rlvr.rollout.client import (BatchCallFailed, CallerThreadExecutor, Coalescer, EngineClient,
+                                 EpisodeTracker, current_episode, episode_position)
 from rlvr.types import Prompt, RewardOutcome, Sample, SamplingParams
 from rlvr.workflows.base import EpisodeContext, Trajectory, Workflow, WorkflowSettings
 from rlvr.workflows.chat import continuation_ids
@@ -52,7 +53,8 @@ class EpisodeRunner:
                                         render)
         self.continuation, self.episode_timeout_s = continuation, episode_timeout_s
         self.tracker = EpisodeTracker()
-        self.engine = EngineClient(engine, self.tracker, max_batch_wait_s)
+        self._on_caller = CallerThreadExecutor()  # the engine decodes on run()'s caller
+        self.engine = EngineClient(engine, self.tracker, max_batch_wait_s, self._on_caller)
         self.scorer = Coalescer(lambda _key, batches: _score_batches(scorer, batches),
                                 self.tracker, "scorer", max_batch_wait_s)
         self._loop = asyncio.new_event_loop()
@@ -63,10 +65,10 @@ class EpisodeRunner:
     def run(self, prompts: list[Prompt], params: SamplingParams,
             shaping: RewardShaping) -> tuple[Episodes, dict[str, float]]:
         """Every prompt's group, in prompt order (failed episodes left out), and the step's
-        workflow metrics."""
+        workflow metrics. One caller at a time: the engine's batches run on its thread."""
         future = asyncio.run_coroutine_threadsafe(self._run_all(prompts, params, shaping),
                                                   self._loop)
-        return future.result()
+        return self._on_caller.serve_until(future)
 
     def close(self) -> None:
         self.engine.close()

@@ -135,3 +135,20 @@ def test_calls_left_when_the_outcome_is_done_are_cancelled_not_run():
     later = executor.submit(lambda: 1)
     executor.shutdown(cancel_futures=True)
     assert later.cancelled()
+
+
+def test_an_interrupt_in_a_call_reaches_the_serving_thread_and_the_caller_gets_an_error():
+    # Ctrl-C while the engine decodes on the trainer's thread must stop that thread, not be
+    # handed to the event loop (where it would end the loop and leave the trainer waiting).
+    executor = CallerThreadExecutor()
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    call = executor.submit(interrupted)
+    left = executor.submit(lambda: 1)
+    with pytest.raises(KeyboardInterrupt):
+        executor.serve_until(Future())  # an outcome that never comes
+    with pytest.raises(RuntimeError, match="interrupted"):
+        call.result(timeout=0)
+    assert left.cancelled()

@@ -121,11 +121,13 @@ class CallerThreadExecutor(Executor):
         """Run submitted calls here until `outcome` is done; its result (or its error). Calls
         still queued then are cancelled: everyone who could wait for them has finished."""
         outcome.add_done_callback(lambda _: self._jobs.put(None))  # wakes the get() below
-        while not outcome.done():
-            job = self._jobs.get()
-            if job is not None:
-                _run_job(*job)
-        self._cancel_queued()
+        try:
+            while not outcome.done():
+                job = self._jobs.get()
+                if job is not None:
+                    _run_job(*job)
+        finally:  # also when a KeyboardInterrupt leaves a job
+            self._cancel_queued()
         return outcome.result()
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
@@ -146,8 +148,12 @@ def _run_job(future: Future, fn: Callable[..., Any], args: tuple, kwargs: dict) 
         return
     try:
         result = fn(*args, **kwargs)
-    except BaseException as e:  # noqa: BLE001  handed to whoever awaits the call
+    except Exception as e:  # noqa: BLE001  handed to whoever awaits the call
         future.set_exception(e)
+    except BaseException:  # KeyboardInterrupt, SystemExit: the serving thread's to raise, so
+        # the awaiting side gets an error instead (in the loop's thread it would end the loop).
+        future.set_exception(RuntimeError("the thread running this call was interrupted"))
+        raise
     else:
         future.set_result(result)
 

@@ -114,10 +114,7 @@ def main() -> None:
         print(f"  caller against own thread: generation {c['tokens/s'] / o['tokens/s']:.2f}x, "
               f"update {o['update s'] / c['update s']:.2f}x faster")
     finally:
-        run.source.close()
-        run.scorer.close()
-        run.engine.close()
-        run.logger.close()
+        run.close()
 
 
 if __name__ == "__main__":

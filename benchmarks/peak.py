@@ -64,10 +64,7 @@ def profile_step(config: str, steps: int, overrides: list[str]
             metrics = one_training_step(run, steps)
             wall = time.perf_counter() - start
     finally:
-        run.source.close()
-        run.scorer.close()
-        run.engine.close()
-        run.logger.close()
+        run.close()
     spans = {s: 0.0 for s in SPANS}
     for event in prof.key_averages():
         if event.key in spans:

@@ -69,10 +69,7 @@ def train_rlvr(args) -> None:
                 path = save_model_checkpoint(run.learner.policy, run.tokenizer, out, step, -1)
                 stamps.append({"step": step, "seconds": clock, "path": str(path)})
     finally:
-        run.source.close()
-        run.scorer.close()
-        run.engine.close()
-        run.logger.close()
+        run.close()
     (out / "clock.json").write_text(json.dumps(stamps))
 
 

@@ -53,10 +53,7 @@ def run_rlvr(args: argparse.Namespace) -> list[float]:
             times.append(time.perf_counter() - start)
             tokens.append(metrics["val/sequence_lengths"] * args.prompts * args.group)
     finally:
-        run.source.close()
-        run.scorer.close()
-        run.engine.close()
-        run.logger.close()
+        run.close()
     return {"seconds": times[1:], "tokens": tokens[1:]}
 
 

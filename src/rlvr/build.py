@@ -80,6 +80,15 @@ class Run:
     evaluator: Evaluator | None = None  # the eval sets and settings; None: no eval
     traces: TraceWriter | None = None  # logging.save_traces: every step's samples to traces/
 
+    def close(self) -> None:
+        """Release what `build_run` started: metric sinks, the episode loop, verifier workers,
+        the engine and any learner ranks."""
+        self.logger.close()
+        self.source.close()
+        self.scorer.close()
+        self.engine.close()
+        self.learner.close()
+
 
 @dataclass(frozen=True)
 class DevicePlan:

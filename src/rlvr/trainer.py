@@ -201,11 +201,7 @@ def train(cfg: Config) -> Run:
         if cfg.checkpoint.save_final:
             save_final_model(run.learner.policy, run.tokenizer, run.output_dir)
     finally:
-        run.logger.close()
-        run.source.close()
-        run.scorer.close()
-        run.engine.close()
-        run.learner.close()
+        run.close()
     return run
 
 

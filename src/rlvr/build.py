@@ -9,7 +9,6 @@ Not here: what happens each step (`rlvr.trainer`).
 from __future__ import annotations
 
 import logging
-import os
 import random
 import time
 from dataclasses import dataclass, field, replace
@@ -20,23 +19,28 @@ import numpy as np
 import torch
 
 from rlvr.checkpoint import write_text_atomic
-from rlvr.checkpoint.state import TrainingState, load_latest_state
+from rlvr.checkpoint.resume import plan_resume
+from rlvr.checkpoint.state import TrainingState
 from rlvr.config import Config, ConfigError, to_dict, to_yaml, warnings_for
-from rlvr.data import DataBundle, LoadedData, load_datasets, tokenize_datasets
-from rlvr.data.templates import check_template_choice, load_chat_template
+from rlvr.data import DataBundle, load_datasets, tokenize_datasets
 from rlvr.device import (HOST, DeviceUnavailable, cluster_bf16, cluster_device_type,
                          collective_backend, keep_freed_host_memory, resolve_device)
 from rlvr.distributed.data_prep import DataPrepActor
 from rlvr.distributed.engine_group import EngineGroup
 from rlvr.distributed.trainer_learner import GroupLearner
+from rlvr.input_checks import (check_code_sandbox, check_custom_verifiers,
+                               check_judge_configured, check_registered_names,
+                               check_template_turns)
 from rlvr.learner import Learner, LearnerProtocol
 from rlvr.learner.lora import LoraTargetError, wrap_lora
-from rlvr.learner.attention import (check_attention_backward, check_attention_window,
-                                    check_packed_attention)
+from rlvr.learner.attention import (PackedLayout, check_attention_backward,
+                                    check_attention_window, check_packed_attention,
+                                    packed_layout)
 from rlvr.learner.forward import check_logit_path
 from rlvr.metrics import JsonlSink, MetricsLogger, ModelShape, build_sinks
 from rlvr.metrics.traces import TraceWriter
 from rlvr.models import load_causal_lm, load_tokenizer, resolve_model_dir
+from rlvr.producer.ahead import RolloutProducer
 from rlvr.producer.evaluation import Evaluator
 from rlvr.producer.source import EpisodeSource
 from rlvr.rewards.scorer import RewardScorer
@@ -44,8 +48,6 @@ from rlvr.rollout import RolloutEngine, create_engine
 from rlvr.rollout.base import resolve_engine_name
 from rlvr.settings import (actor_threads, engine_settings, eval_settings, learner_settings,
                            lora_settings, scorer_settings, source_settings)
-from rlvr.workflows import get_workflow, is_known_workflow
-from rlvr.workflows.chat import check_turns
 
 log = logging.getLogger(__name__)
 
@@ -69,11 +71,17 @@ class Run:
     start_step: int = 0  # the step a resumed run continues after
     history: list[dict[str, float]] = field(default_factory=list)
     resume_from: TrainingState | None = None  # the saved state `train` restores first
+    # An asynchronous run's producer thread, while it runs (`rlvr.trainer`): training states
+    # hold the batches it made ahead.
+    producer: RolloutProducer | None = None
     # Weight updates so far, the version the engines hold (0: the initial weights). Staleness
     # counts the updates between a sample's version and this, not steps: a step without a
     # batch changes no weights, and counting it made every batch look stale after a few.
     policy_version: int = 0
     last_update_step: int = 0  # the last step whose update the learner holds
+    # Steps in a row whose every sample failed its verifier, and the first failure of them.
+    failed_verification_steps: int = 0
+    first_verifier_failure: str | None = None
     peak_flops: float | None = None  # what learner_mfu divides by (`run_peak_flops`)
     started: float = field(default_factory=time.perf_counter)  # for time/elapsed
     devices: "DevicePlan | None" = None  # where learners and engines compute
@@ -102,10 +110,15 @@ class DevicePlan:
     keep_host_memory: bool = False
     gpus_per_learner: int = 0
     gpus_per_engine: int = 0
+    # The learners' attention (a model.attn_implementation value, auto resolved) and whether
+    # packing shares a group's prompt (`rlvr.learner.attention.packed_layout`).
+    attention: str = "sdpa"
+    share_prompts: bool = True
 
     def describe(self) -> str:
         return (f"device {self.type}, bf16 compute {'on' if self.bf16 else 'off'}, "
-                f"collectives {collective_backend(self.type)}"
+                f"collectives {collective_backend(self.type)}, attention {self.attention} "
+                f"({'shared' if self.share_prompts else 'unshared'} prompts)"
                 + (", freed host memory kept" if self.keep_host_memory else "")
                 + (f", {self.gpus_per_learner} GPU per learner, {self.gpus_per_engine} per "
                    "engine actor" if self.type != HOST.type else ""))
@@ -115,74 +128,6 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
-
-
-def check_registered_names(cfg: Config) -> None:
-    """Every name the config picks from a registry exists; ConfigError naming all that do not.
-    Here rather than in `rlvr.config`, which imports no part of rlvr."""
-    from rlvr.algorithm.advantages import ADVANTAGE_NORMALIZATIONS
-    from rlvr.algorithm.losses import POLICY_LOSSES
-    from rlvr.learner.schedule import SCHEDULES
-    from rlvr.rewards import is_known_verifier
-    from rlvr.rewards.scorer import AGGREGATORS
-    from rlvr.rollout import ENGINES
-    from rlvr.workflows import WORKFLOWS
-
-    a = cfg.algorithm
-    choices = [("algorithm.loss_fn", a.loss_fn, POLICY_LOSSES),
-               ("algorithm.advantage_normalization_type", a.advantage_normalization_type,
-                ADVANTAGE_NORMALIZATIONS),
-               ("optimizer.lr_scheduler_type", cfg.optimizer.lr_scheduler_type, SCHEDULES),
-               ("rollout.engine", cfg.rollout.engine, {*ENGINES, "auto"}),
-               ("rewards.reward_aggregator", cfg.rewards.reward_aggregator, AGGREGATORS)]
-    errors = [f"{field}={value!r} is not one of {sorted(known)}"
-              for field, value, known in choices if value not in known]
-    if not is_known_workflow(cfg.rollout.workflow):
-        errors.append(f"rollout.workflow={cfg.rollout.workflow!r} is not one of "
-                      f"{sorted(WORKFLOWS)} (or 'package.module:function')")
-    elif ":" in cfg.rollout.workflow:
-        try:  # imported now: a typo fails before any model loads
-            get_workflow(cfg.rollout.workflow)
-        except (ImportError, KeyError) as e:
-            errors.append(f"rollout.workflow={cfg.rollout.workflow!r}: {e}")
-    errors += [f"rewards.remap_verifier.{source}={target!r} is not a known verifier"
-               for source, target in cfg.rewards.remap_verifier.items()
-               if not is_known_verifier(target)]
-    errors += check_template_choice(cfg.data.chat_template,
-                                    multi_turn=cfg.rollout.workflow != "single_turn")
-    errors += _judge_errors(cfg, ENGINES)
-    if errors:
-        raise ConfigError("invalid config:\n  - " + "\n  - ".join(errors))
-
-
-def _judge_errors(cfg: Config, engines: object) -> list[str]:
-    """`rewards.judge.engine` names an engine that loads a model here, or `openai`; the API
-    key it names is set. (`remote` would reach the policy's own servers: a judge on a server
-    is `openai` with that server's base_url.)"""
-    j = cfg.rewards.judge
-    if j is None:
-        return []
-    known = sorted({*engines, "openai"} - {"remote"})
-    if j.engine not in known:
-        return [f"rewards.judge.engine={j.engine!r} is not one of {known}"]
-    if j.engine == "openai" and j.api_key_env and not os.environ.get(j.api_key_env):
-        return [f"rewards.judge.api_key_env={j.api_key_env!r}: that environment variable is "
-                "not set"]
-    return []
-
-
-def check_judge_configured(cfg: Config, loaded: LoadedData) -> None:
-    """Rows that name `llm_judge` need `rewards.judge`: ConfigError before any model loads."""
-    from rlvr.rewards.judge import JUDGE_VERIFIER
-
-    if cfg.rewards.judge is not None:
-        return
-    sources = [examples for _, examples in loaded.train + loaded.eval]
-    users = sorted({e.source for examples in sources for e in examples
-                    if JUDGE_VERIFIER in e.verifiers})
-    if users:
-        raise ConfigError(f"data sources {users} name the '{JUDGE_VERIFIER}' verifier, which "
-                          "needs rewards.judge (its engine and model, or openai base_url)")
 
 
 def prepare_process(cfg: Config) -> None:
@@ -197,22 +142,28 @@ def prepare_process(cfg: Config) -> None:
 
 
 def build_run(cfg: Config) -> Run:
+    """Everything is checked (config, data, templates, verifiers, the state to resume, model,
+    devices) before the first file of the run directory is written, so a run that fails its
+    checks leaves an existing run's files as they were."""
     prepare_process(cfg)
     output_dir = Path(cfg.experiment.output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(output_dir / "config.yaml", to_yaml(cfg))
     model_dir, tokenizer, data = build_data(cfg)
+    check_code_sandbox(cfg, data)  # before the scorer: its workers inherit the decision
+    state_dir = Path(cfg.checkpoint.checkpoint_state_dir or output_dir / "state")
+    # Refuses to start over beside an earlier run, or says it is finished (`plan_resume`).
+    state = plan_resume(output_dir, state_dir, cfg.checkpoint.resume, cfg.num_training_steps,
+                        cfg.checkpoint.save_final)
+    layout = driver_layout(cfg)
     try:
-        policy = load_causal_lm(model_dir, cfg.model.dtype, cfg.model.attn_implementation)
+        policy = load_causal_lm(model_dir, cfg.model.dtype, layout.attention)
     except ImportError as e:  # flash_attention_2 without flash-attn installed
-        raise ConfigError(f"model.attn_implementation={cfg.model.attn_implementation!r}: "
+        raise ConfigError(f"model.attn_implementation={layout.attention!r}: "
                           f"{str(e).splitlines()[0]}") from e
     # Before any sharding: the learner must compute the logits the model's forward computes.
     try:
         check_logit_path(policy)
-        check_attention_window(policy, cfg.data.max_prompt_length
-                               + max(cfg.rollout.response_length, cfg.eval_response_length))
-        check_packed_attention(policy)
+        check_attention_window(policy, longest_sequence(cfg))
+        check_packed_attention(policy, layout.share_prompts)
     except ValueError as e:  # a model the learner cannot train faithfully: the user's input
         raise ConfigError(f"model.name_or_path={cfg.model.name_or_path!r}: {e}") from e
     cluster_gpus = None
@@ -234,18 +185,20 @@ def build_run(cfg: Config) -> Run:
     try:  # flex attention has no backward on CPU (torch 2.13)
         check_attention_backward(policy, torch.device(devices.type))
     except ValueError as e:
-        raise ConfigError(f"model.attn_implementation={cfg.model.attn_implementation!r}: "
-                          f"{e}") from e
+        raise ConfigError(f"model.attn_implementation={layout.attention!r}: {e}") from e
     log.info("compute: %s", devices.describe())
+    # Every check passed: from here on the run writes.
+    output_dir.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(output_dir / "config.yaml", to_yaml(cfg))
     learner = build_learner(cfg, model_dir, policy, devices)
     eos_ids = tuple(sorted({tokenizer.eos_token_id} | _generation_eos_ids(policy)))
     engine = build_engine(cfg, model_dir, eos_ids, tokenizer.pad_token_id, devices)
     scorer = RewardScorer.from_settings(scorer_settings(cfg))
     source = build_source(cfg, data, engine, scorer, tokenizer)
-    state_dir = Path(cfg.checkpoint.checkpoint_state_dir or output_dir / "state")
-    state = load_latest_state(state_dir) if cfg.checkpoint.resume else None
     if state is not None:  # before the sink opens the file: drop steps the state does not hold
         JsonlSink.truncate_after(output_dir / "metrics.jsonl", state.step)
+    elif cfg.checkpoint.resume:  # a start over `plan_resume` allowed: no step had trained
+        JsonlSink.truncate_after(output_dir / "metrics.jsonl", -1)
     traces = TraceWriter(output_dir / "traces") if cfg.logging.save_traces else None
     if traces is not None and state is not None:  # a resumed run redoes the later steps
         traces.truncate_after(state.step)
@@ -256,6 +209,23 @@ def build_run(cfg: Config) -> Run:
               devices=devices, traces=traces,
               evaluator=Evaluator(data.eval_sets, eval_settings(cfg)))
     return run
+
+
+def longest_sequence(cfg: Config) -> int:
+    """The most tokens one sequence holds, in the engine and in the learner's packed rows: the
+    prompt and every token of its episode (all turns and what was given between them, for a
+    multi-turn workflow), or the prompt and an eval answer."""
+    return cfg.data.max_prompt_length + max(cfg.episode_tokens, cfg.eval_response_length)
+
+
+def check_run_inputs(cfg: Config) -> None:
+    """What `build_run` checks of the input before any model loads (registered names, data,
+    chat template, verifiers), with nothing built or written: for a launcher whose trainer
+    runs elsewhere (a Slurm job), so that bad input fails here, before the job's files are
+    written. Raises ConfigError or DataError. The state to resume is left to the trainer: its
+    checksums would read every byte of the state here."""
+    check_registered_names(cfg)
+    build_data(cfg)
 
 
 class PromptData(NamedTuple):
@@ -269,23 +239,12 @@ def build_data(cfg: Config) -> PromptData:
     Data first: a bad row fails before any model (or a 45 s conversion) is touched."""
     loaded = load_datasets(cfg.data, cfg.experiment.seed, cfg.rewards.remap_verifier)
     check_judge_configured(cfg, loaded)
+    check_custom_verifiers(cfg, loaded)
     model_dir = resolve_model_dir(cfg.model.name_or_path)
     tokenizer = load_tokenizer(model_dir)
     data = tokenize_datasets(loaded, cfg.data, tokenizer, cfg.experiment.seed)
     check_template_turns(cfg, tokenizer)
     return PromptData(model_dir, tokenizer, data)
-
-
-def check_template_turns(cfg: Config, tokenizer: object) -> None:
-    """A multi-turn workflow needs a chat template that writes turns: ConfigError if the one
-    `data.chat_template` picks cannot (tried on a short conversation; no model needed)."""
-    if cfg.rollout.workflow == "single_turn":
-        return
-    try:
-        check_turns(tokenizer, load_chat_template(cfg.data.chat_template, tokenizer).render)
-    except ValueError as e:
-        raise ConfigError(f"data.chat_template={cfg.data.chat_template!r} with rollout.workflow="
-                          f"{cfg.rollout.workflow!r}: {e}") from e
 
 
 def plan_devices(cfg: Config, cluster_gpus: float | None) -> DevicePlan:
@@ -295,7 +254,30 @@ def plan_devices(cfg: Config, cluster_gpus: float | None) -> DevicePlan:
     where the learners compute on the host, unless `model.keep_freed_host_memory` says."""
     plan = _device_and_precision(cfg, cluster_gpus)
     keep = cfg.model.keep_freed_host_memory
-    return replace(plan, keep_host_memory=plan.type == HOST.type if keep is None else keep)
+    layout = _layout(cfg, plan.type)
+    return replace(plan, keep_host_memory=plan.type == HOST.type if keep is None else keep,
+                   attention=layout.attention, share_prompts=layout.share_prompts)
+
+
+def driver_layout(cfg: Config) -> PackedLayout:
+    """The attention and packing of the policy this process loads: the learner's own where it
+    trains here (local and slurm launchers), the same as `plan_devices` gives. Under Ray this
+    copy trains nowhere (it is checked and saved; the ranks load their own): it takes the
+    layout of model.device, the CPU's for auto (the cluster is not known yet)."""
+    if cfg.distributed.launcher == "ray":
+        return _layout(cfg, "cuda" if cfg.model.device == "cuda" else HOST.type)
+    try:
+        return _layout(cfg, resolve_device(cfg.model.device).type)
+    except DeviceUnavailable as e:
+        raise ConfigError(str(e)) from None
+
+
+def _layout(cfg: Config, device_type: str) -> PackedLayout:
+    try:
+        return packed_layout(cfg.model.attn_implementation, cfg.algorithm.share_prompts,
+                             device_type)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
 
 
 def _device_and_precision(cfg: Config, cluster_gpus: float | None) -> DevicePlan:
@@ -305,6 +287,14 @@ def _device_and_precision(cfg: Config, cluster_gpus: float | None) -> DevicePlan
             device = resolve_device(m.device)
         except DeviceUnavailable as e:
             raise ConfigError(str(e)) from None
+        here = cfg.world_size if cfg.distributed.launcher == "local" else 1
+        if device.type == "cuda" and here > torch.cuda.device_count():
+            # NCCL would refuse the shared GPU at its first collective, after every rank loaded
+            raise ConfigError(
+                f"distributed.num_learners_per_node={list(cfg.distributed.num_learners_per_node)}"
+                f" starts {here} learner ranks on this machine, which has "
+                f"{torch.cuda.device_count()} GPU(s): NCCL needs one GPU per rank. Start at most "
+                "one rank per GPU, or train on CPU (model.device=cpu)")
         return DevicePlan(device.type, device.bf16_compute(m.bf16_autocast))
     learner_gpus = cfg.world_size
     engine_gpus = r.vllm_num_engines * r.vllm_tensor_parallel_size
@@ -325,8 +315,9 @@ def _device_and_precision(cfg: Config, cluster_gpus: float | None) -> DevicePlan
 
 def build_learner(cfg: Config, model_dir: str, policy: torch.nn.Module,
                   devices: DevicePlan) -> LearnerProtocol:
-    """The policy trained here (local launcher, moved to the run's device), or by Ray actors
-    that load their own copies and shard them (ray launcher); `policy` then stays the
+    """The policy trained here (one learner, moved to the run's device), or by ranks that load
+    their own copies and shard them: Ray actors (ray launcher), or processes a launcher
+    started (local, slurm, torchrun: this process is rank 0). `policy` then stays the
     driver's host copy for checkpoints."""
     d = cfg.distributed
     settings = learner_settings(cfg, devices.bf16)
@@ -336,7 +327,7 @@ def build_learner(cfg: Config, model_dir: str, policy: torch.nn.Module,
             policy = wrap_lora(policy, lora)
         except (LoraTargetError, ImportError) as e:  # a target matching nothing; no PEFT
             raise ConfigError(str(e)) from e
-    if d.launcher != "ray":  # local, slurm: the one learner in this process
+    if d.launcher != "ray" and cfg.world_size == 1:  # local, slurm: one learner, here
         device = resolve_device(devices.type)
         policy.to(device.torch)
         # A LoRA policy's reference is its own base (adapters off): no copy.
@@ -347,12 +338,13 @@ def build_learner(cfg: Config, model_dir: str, policy: torch.nn.Module,
     from rlvr.distributed import LearnerGroup, LearnerSpec
 
     spec = LearnerSpec(model_dir=str(model_dir), settings=settings, device=devices.type,
-                       dtype=cfg.model.dtype, attn_implementation=cfg.model.attn_implementation,
+                       dtype=cfg.model.dtype, attn_implementation=devices.attention,
                        sharding=d.sharding if cfg.world_size > 1 else
                        "none", cpu_offload=d.cpu_offload, with_reference=cfg.loads_reference,
                        timeout_s=d.collective_timeout_s, num_threads=actor_threads(cfg),
                        lora=lora, keep_host_memory=devices.keep_host_memory)
-    group = LearnerGroup(spec, num_learners=cfg.world_size, backend="ray",
+    group = LearnerGroup(spec, num_learners=cfg.world_size,
+                         backend="ray" if d.launcher == "ray" else "ranks",
                          ray_address=d.ray_address or None,
                          learners_per_node=list(d.num_learners_per_node),
                          gpus_per_learner=devices.gpus_per_learner)

@@ -24,6 +24,7 @@ from rlvr.producer.source import SourceSettings
 from rlvr.rewards.judge import JudgeSettings
 from rlvr.rewards.scorer import ScorerSettings
 from rlvr.rollout import EngineSettings
+from rlvr.serving.auth import run_key_path
 from rlvr.types import SamplingParams
 from rlvr.workflows import WorkflowSettings
 
@@ -33,7 +34,7 @@ def learner_settings(cfg: Config, bf16: bool = False) -> LearnerSettings:
     return LearnerSettings(
         learning_rate=opt.learning_rate, lr_scheduler_type=opt.lr_scheduler_type,
         warm_up_steps=opt.warm_up_steps,
-        total_optimizer_steps=cfg.num_training_steps * cfg.algorithm.num_epochs,
+        total_optimizer_steps=cfg.num_training_steps * cfg.optimizer_steps_per_batch,
         weight_decay=opt.weight_decay, max_grad_norm=opt.max_grad_norm,
         betas=(opt.adam_beta1, opt.adam_beta2), eps=opt.adam_eps,
         bf16_autocast=bf16,
@@ -74,6 +75,7 @@ def engine_settings(cfg: Config, device: str, bf16: bool) -> EngineSettings:
     r = cfg.rollout
     derived = {"device": device, "dtype": engine_dtype(r.dtype, bf16),
                "weight_update_dir": str(Path(cfg.experiment.output_dir) / "weight_updates"),
+               "server_key_file": str(run_key_path(cfg.experiment.output_dir)),
                "weight_update_timeout_s": cfg.distributed.collective_timeout_s}
     same_names = {f.name: getattr(r, f.name) for f in fields(EngineSettings)
                   if f.name not in derived}

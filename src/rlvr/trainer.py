@@ -14,25 +14,32 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from typing import Callable
 
 from rlvr.algorithm.importance import RhoCorrection
+from rlvr.algorithm.mini_batches import mini_batch_count, split_mini_batches
 from rlvr.algorithm.losses import (LossParams, PolicyLoss, normalization_unit,
                                    summarize_loss_metrics)
 from rlvr.build import Run, build_run
+from rlvr.input_checks import verifiers_used
 from rlvr.checkpoint import save_final_model, save_model_checkpoint
 from rlvr.checkpoint.state import TrainingState, capture_rng, restore_rng, save_state
 from rlvr.config import Config
-from rlvr.interrupts import EngineLost, NumericalFault, StopOnSignal, TrainingInterrupted
-from rlvr.learner import UpdateResult
+from rlvr.faults import engine_fault, verification_failure
+from rlvr.interrupts import (EngineLost, NumericalFault, ResumeRefused, StopOnSignal,
+                             TrainingInterrupted, VerifierFault)
+from rlvr.learner import MiniBatch, UpdateResult
 from rlvr.metrics import StepTimer, learner_throughput
 from rlvr.metrics.throughput import run_peak_flops
 from rlvr.metrics.traces import eval_rows, training_rows
 from rlvr.producer.ahead import RolloutProducer
+from rlvr.producer.ahead_state import ahead_from_json, ahead_to_json
 from rlvr.producer.groups import Episodes
 from rlvr.producer.staleness import drop_stale_groups, staleness_metrics
 from rlvr.producer.training_batch import BatchSettings, build_training_batch
+from rlvr.rewards.canary import run_canary
 from rlvr.rollout.base import EngineUnavailable
-from rlvr.types import Sample
+from rlvr.types import PackedBatch, Sample
 
 log = logging.getLogger(__name__)
 
@@ -57,10 +64,11 @@ def restore_state(run: Run, state: TrainingState) -> None:
     except (KeyError, ValueError, RuntimeError) as e:
         # Every learner writes one format keyed by parameter name, so any launcher can load
         # it; what fails here is a state of another model or config.
-        raise RuntimeError(
+        raise ResumeRefused(
             f"the training state in {run.state_dir} (step {state.step}) does not fit this "
             f"run's model and optimizer (or was written by an older rlvr whose local launcher "
-            f"keyed the optimizer by index): {e}. checkpoint.resume=false starts fresh") from e
+            f"keyed the optimizer by index): {e}. checkpoint.resume=false starts fresh: with a "
+            f"new experiment.output_dir, or after moving {run.output_dir} away") from e
     run.source.load_mixer_state(state.mixer)
     restore_rng(state.rng)
     run.episode, run.start_step = state.episode, state.step
@@ -68,18 +76,38 @@ def restore_state(run: Run, state: TrainingState) -> None:
     log.info("resumed from the training state of step %d in %s", state.step, run.state_dir)
 
 
-def capture_state(run: Run, step: int) -> TrainingState:
+def capture_state(run: Run, step: int, wait: bool = False,
+                  should_stop: Callable[[], bool] | None = None) -> TrainingState:
     """The run's state after step `step`. With `checkpoint.state_format=sharded` the learner's
     part is not gathered here: `save_state` has the learner's ranks write their shards into
-    the state directory it builds (which every rank must be able to reach)."""
+    the state directory it builds (which every rank must be able to reach).
+
+    An asynchronous run's state also holds the batches made ahead (`RolloutProducer.ahead`),
+    with the mixer's state from before the first batch not made; `wait`: first let a batch in
+    the making finish (until `should_stop()`), so that a resume repeats this run exactly."""
     learner = run.learner
-    common = dict(step=step, episode=run.episode, mixer=run.source.mixer_state(),
-                  rng=capture_rng(), policy_version=run.policy_version)
+    mixer, ahead = _mixer_and_ahead(run, step, wait, should_stop)
+    common = dict(step=step, episode=run.episode, mixer=mixer, rng=capture_rng(),
+                  policy_version=run.policy_version, ahead=ahead)
     if run.cfg.checkpoint.state_format == "sharded":
         # The step goes in as the learner's `extra`: a check, on resume, that the parts agree.
         return TrainingState(**common, policy={}, reference=None, optimizer={}, scheduler={},
                              write_learner=lambda d: learner.save_sharded_state(d, {"step": step}))
     return TrainingState(**common, **learner.training_state())
+
+
+def _mixer_and_ahead(run: Run, step: int, wait: bool,
+                     should_stop: Callable[[], bool] | None) -> tuple[dict, str]:
+    """The mixer's state a resume starts from, and the batches made ahead as JSON ("": none)."""
+    if run.producer is None:
+        return run.source.mixer_state(), ""
+    ahead = run.producer.ahead(wait=wait, should_stop=should_stop)
+    if not ahead.complete:
+        log.warning("the training state of step %d holds %d batch(es) made ahead; %s, so a "
+                    "run resumed from it makes that batch again with newer weights and departs "
+                    "from this one there", step, len(ahead.made),
+                    "generation had failed" if ahead.failed else "one was still being made")
+    return ahead.mark, ahead_to_json(ahead.made)
 
 
 def one_training_step(run: Run, step: int, produced: tuple[Episodes, dict[str, float]] | None = None
@@ -89,11 +117,13 @@ def one_training_step(run: Run, step: int, produced: tuple[Episodes, dict[str, f
     a = cfg.algorithm
     episodes, metrics = produced if produced is not None else run.source.produce(step)
     metrics.update(staleness_metrics(episodes.groups, policy_version=run.policy_version))
+    _note_verification(run, step, episodes, metrics)
     with timer("batching"):  # advantages, filtering, packing
         training = build_training_batch(episodes.groups, BatchSettings(
             a.advantage_normalization_type, a.filter_zero_std_samples, a.pack_length,
             run.tokenizer.pad_token_id, a.mask_truncated_completions, a.packing,
-            a.truncated_in_baseline))
+            a.truncated_in_baseline,
+            share_prompts=run.devices.share_prompts if run.devices is not None else True))
     metrics.update(training.metrics)
     if run.traces is not None:
         with timer("traces"):
@@ -102,21 +132,17 @@ def one_training_step(run: Run, step: int, produced: tuple[Episodes, dict[str, f
     if training.batch is None:
         log.info("step %d: every group has zero reward spread; no update", step)
         metrics["optim/skipped_empty_batch"] = 1.0
-        run.learner.skip_update(a.num_epochs)  # the schedule counts training steps
+        # The schedule counts optimizer steps: those this training step would have taken.
+        run.learner.skip_update(cfg.optimizer_steps_per_batch)
     else:
-        batch = training.batch
-        # The whole batch's count, passed in, so the loss is the same however it is split.
-        per_sequence = normalization_unit(a.loss_fn) == "sequence"
-        count = batch.num_sequences if per_sequence else batch.num_response_tokens
-        rho = (RhoCorrection(a.rho_clamp_lower, a.rho_clamp_upper, a.rho_mask)
-               if cfg.uses_rho_correction else None)
-        params = LossParams(
-            clip_lower=a.clip_lower, clip_higher=a.clip_higher, beta=a.beta,
-            kl_estimator=a.kl_estimator, denominator=a.loss_denominator or float(count), rho=rho)
+        mini_batches = training_mini_batches(cfg, training.batch)
         with timer("training"), engine_asleep(run):
-            result = run.learner.update(
-                batch, PolicyLoss(a.loss_fn, params), num_micro_batches=a.num_mini_batches,
-                num_epochs=a.num_epochs, temperature=cfg.rollout.temperature)
+            result = run.learner.update_mini_batches(mini_batches, num_epochs=a.num_epochs,
+                                                     temperature=cfg.rollout.temperature)
+            missing = a.num_mini_batches - len(mini_batches)  # fewer rows than mini-batches
+            if missing:
+                run.learner.skip_update(missing * a.num_epochs)
+        metrics["optim/num_optimizer_steps"] = float(len(mini_batches) * a.num_epochs)
         run.last_update_step = step
         metrics.update(update_metrics(run, result))
         if a.ref_policy_update_freq and step % a.ref_policy_update_freq == 0:
@@ -132,6 +158,26 @@ def one_training_step(run: Run, step: int, produced: tuple[Episodes, dict[str, f
     metrics["time/step"] = sum(timings.values()) + waited
     metrics["episode"] = float(run.episode)
     return metrics
+
+
+def training_mini_batches(cfg: Config, batch: PackedBatch) -> list[MiniBatch]:
+    """The batch's `algorithm.num_mini_batches` mini-batches (`split_mini_batches`), each with
+    its loss bound to its own count as denominator (open-instruct's per-mini-batch token count;
+    a constant `loss_denominator` stays constant), so a micro-batch or rank split of a
+    mini-batch never changes its gradient."""
+    a = cfg.algorithm
+    per = normalization_unit(a.loss_fn)
+    rho = (RhoCorrection(a.rho_clamp_lower, a.rho_clamp_upper, a.rho_mask)
+           if cfg.uses_rho_correction else None)
+    out = []
+    for part in split_mini_batches(batch, a.num_mini_batches):
+        params = LossParams(
+            clip_lower=a.clip_lower, clip_higher=a.clip_higher, beta=a.beta,
+            kl_estimator=a.kl_estimator,
+            denominator=a.loss_denominator or float(mini_batch_count(part, per)), rho=rho)
+        out.append(MiniBatch(part, PolicyLoss(a.loss_fn, params),
+                             cfg.gradient_accumulation_steps))
+    return out
 
 
 def _write_step_traces(run: Run, step: int, episodes: Episodes, trained: list[Sample]) -> None:
@@ -194,6 +240,9 @@ def train(cfg: Config) -> Run:
     """Train for `cfg.num_training_steps` steps; returns the run (history, output dir)."""
     run = build_run(cfg)
     try:
+        if cfg.rewards.exploit_canary:  # before step 1: a verifier that pays a known exploit
+            run_canary(run.scorer, verifiers_used(run.data),
+                       format_reward=cfg.rewards.apply_r1_style_format_reward)
         if run.resume_from is not None:
             restore_state(run, run.resume_from)
         with StopOnSignal() as stop:
@@ -208,7 +257,10 @@ def train(cfg: Config) -> Run:
 def _train_loop(run: Run, stop: StopOnSignal) -> None:
     cfg = run.cfg
     if run.start_step == 0:
-        _log_start(run)
+        try:
+            _log_start(run)
+        except Exception as e:  # noqa: BLE001  re-raised unless the engine failed
+            _stop_if_engine_fault(run, run.start_step, e, step_done=True)
     skipped_in_a_row = 0
     producer = _start_producer(run)
     try:
@@ -216,23 +268,37 @@ def _train_loop(run: Run, stop: StopOnSignal) -> None:
             try:
                 produced = _next_produced(run, producer, step, stop) if producer else None
                 metrics = one_training_step(run, step, produced)
-            except EngineUnavailable as e:
-                _stop_after_engine_loss(run, step, e)
+            except Exception as e:  # noqa: BLE001  re-raised unless the engine failed
+                _stop_if_engine_fault(run, step, e)
             try:
                 skipped_in_a_row = _finish_step(run, stop, step, metrics, skipped_in_a_row)
-            except EngineUnavailable as e:  # in the step's eval: the step itself is done
-                _stop_after_engine_loss(run, step, e, step_done=True)
+            except Exception as e:  # noqa: BLE001  in the step's eval: the step itself is done
+                _stop_if_engine_fault(run, step, e, step_done=True)
     finally:
         if producer is not None:
             producer.close()
+            run.producer = None
 
 
 def _start_producer(run: Run) -> RolloutProducer | None:
+    """The producer thread of an asynchronous run, handed the batches a resumed state made
+    ahead (they come first, then it makes the next steps' from the restored mixer)."""
     k = run.cfg.rollout.async_steps
+    saved = run.resume_from.ahead if run.resume_from is not None else ""
+    made = ahead_from_json(saved) if saved else []
+    if len(made) > k:
+        raise ResumeRefused(
+            f"the training state in {run.state_dir} holds {len(made)} batch(es) generated "
+            f"ahead of training, more than rollout.async_steps={k} can take: resume with "
+            f"rollout.async_steps >= {len(made)} (its prompts were drawn already), or start "
+            "fresh with checkpoint.resume=false")
     if k == 0:
         return None
-    steps = iter(range(run.start_step + 1, 2**62))  # the step whose seed a batch uses
-    return RolloutProducer(lambda: run.source.produce(next(steps)), async_steps=k)
+    # The step whose seed a batch uses: after those made before.
+    steps = iter(range(run.start_step + 1 + len(made), 2**62))
+    run.producer = RolloutProducer(lambda: run.source.produce(next(steps)), async_steps=k,
+                                   mark=run.source.mixer_state, made=made)
+    return run.producer
 
 
 def _next_produced(run: Run, producer: RolloutProducer, step: int, stop: StopOnSignal
@@ -276,7 +342,18 @@ def _next_produced(run: Run, producer: RolloutProducer, step: int, stop: StopOnS
 MAX_STALE_BATCHES_IN_A_ROW = 4
 
 
-def _stop_after_engine_loss(run: Run, step: int, error: EngineUnavailable,
+def _stop_if_engine_fault(run: Run, step: int, error: Exception, step_done: bool = False
+                          ) -> None:
+    """Re-raise `error`, unless an engine fault is behind it (`rlvr.faults.engine_fault`: no
+    server left, one hung or answering garbage, an engine actor dead): then stop as
+    `_stop_after_engine_loss` does."""
+    fault = engine_fault(error)
+    if fault is None:
+        raise error
+    _stop_after_engine_loss(run, step, fault, step_done)
+
+
+def _stop_after_engine_loss(run: Run, step: int, error: BaseException,
                             step_done: bool = False) -> None:
     """No engine is left (every inference server gone): save the state of the last step whose
     update the learner holds, which is `step` itself when only the weight sync after its
@@ -310,8 +387,9 @@ def _finish_step(run: Run, stop: StopOnSignal, step: int, metrics: dict[str, flo
     if _due(cfg.eval.local_eval_every, step, cfg.num_training_steps):
         try:
             metrics.update(run_eval(run, step))
-        except EngineUnavailable:
-            run.logger.log(step, metrics)  # the step trained and synced: keep its record
+        except Exception as e:
+            if engine_fault(e) is not None:  # the step trained and synced: keep its record
+                run.logger.log(step, metrics)
             raise
     if cfg.checkpoint.save_freq and step % cfg.checkpoint.save_freq == 0:
         save_model_checkpoint(run.learner.policy, run.tokenizer, run.output_dir, step,
@@ -326,14 +404,39 @@ def _finish_step(run: Run, stop: StopOnSignal, step: int, metrics: dict[str, flo
         raise NumericalFault(
             f"non-finite gradients in {skipped_in_a_row} consecutive steps (up to step "
             f"{step}); the last good training state is in {run.state_dir}")
+    if run.failed_verification_steps >= cfg.rewards.max_failed_steps:
+        # Nothing was learnt in these steps (no sample had a score): no state is saved for them.
+        raise VerifierFault(
+            f"every sample failed its verifier in {run.failed_verification_steps} steps in a "
+            f"row (up to step {step}; rewards.max_failed_steps={cfg.rewards.max_failed_steps}), "
+            f"so the run cannot learn; the first failure: {run.first_verifier_failure}. Fix the "
+            f"verifier and rerun; the last good training state is in {run.state_dir}")
     freq = cfg.checkpoint.checkpoint_state_freq
     due = (freq and step % freq == 0) or stop.signum is not None
     # A skipped update is never the "last good" state.
     if due and not skipped_in_a_row:
-        save_state(capture_state(run, step), run.state_dir, cfg.checkpoint.keep_last_n_states)
+        save_state(capture_state(run, step, wait=stop.signum is None,
+                                 should_stop=lambda: stop.signum is not None),
+                   run.state_dir, cfg.checkpoint.keep_last_n_states)
     if stop.signum is not None and step < cfg.num_training_steps:
         raise TrainingInterrupted(stop.signum, step, str(run.state_dir))
     return skipped_in_a_row
+
+
+def _note_verification(run: Run, step: int, episodes: Episodes, metrics: dict[str, float]
+                       ) -> None:
+    """Count steps in a row whose every sample failed its verifier (`_finish_step` stops the
+    run after `rewards.max_failed_steps` of them), warning at each."""
+    failure = verification_failure(episodes, run.cfg.rewards.timeout_s)
+    metrics["reward/all_samples_failed"] = float(failure is not None)
+    if failure is None:
+        run.failed_verification_steps, run.first_verifier_failure = 0, None
+        return
+    run.failed_verification_steps += 1
+    run.first_verifier_failure = run.first_verifier_failure or failure
+    log.warning("step %d: every sample failed its verifier (%s); %d such step(s) in a row, the "
+                "run stops at rewards.max_failed_steps=%d", step, failure,
+                run.failed_verification_steps, run.cfg.rewards.max_failed_steps)
 
 
 def _log_start(run: Run) -> None:

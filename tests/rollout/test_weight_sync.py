@@ -103,8 +103,10 @@ def test_push_to_a_dead_engine_raises_instead_of_hanging(tiny_model, tiny_model_
     port = _free_port()
     proc = ctx.Process(target=_engine_process, args=(tiny_model_dir, port, results))
     proc.start()
+    # 60 s for the engine process to start and join (it imports torch; beside 14 other xdist
+    # workers on a GPU host that took over 20 s); the push after its death fails at once.
     transport = BroadcastTransport("127.0.0.1", port, num_engines=1,
-                                   layout=layout_of(tiny_model.state_dict().items()), timeout_s=20)
+                                   layout=layout_of(tiny_model.state_dict().items()), timeout_s=60)
     proc.kill()
     proc.join()
     with pytest.raises(RuntimeError):
@@ -398,6 +400,7 @@ def _vllm_groups(llm, version: int) -> list:
 
 
 @pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed")
+@pytest.mark.component  # vLLM in this process
 def test_vllm_workers_load_a_bucketed_push_through_the_worker_extension(tiny_model,
                                                                         tiny_model_dir,
                                                                         monkeypatch):

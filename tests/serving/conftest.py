@@ -1,37 +1,72 @@
 """One real vLLM server on the tiny model for the whole session, started the way a user starts
-one (`rlvr serve`), shared by every test that needs a real server, and always stopped."""
+one (`rlvr serve`), shared by every test that needs a real server, and always stopped. It
+serves a run of its own (`vllm_run`: the run's directory and key), as a launcher's would: every
+route wants the key, and it reloads weights only from the run's `weight_updates`."""
 
 from __future__ import annotations
 
 import os
 import re
+import secrets
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
 from rlvr.rollout.vllm_engine import INSTALL_HINT, vllm_available
 
+# The run's key as rlvr.serving.auth keeps it, written here with os alone so the server tests
+# also run against the code before the key existed (and show what it let through).
+KEY_ENV, KEY_FILE_ENV = "RLVR_SERVER_KEY", "RLVR_SERVER_KEY_FILE"
+
 STARTUP_TIMEOUT_S = 600  # ~50 s on a quiet 2-core machine, 100+ s beside other work
 
 
+class VLLMRun(NamedTuple):
+    output_dir: Path  # the run's directory: weights reload from output_dir/weight_updates only
+    key: str  # the run's server key (in output_dir/server.key, 0600)
+
+    @property
+    def key_file(self) -> Path:
+        return self.output_dir / "server.key"
+
+    @property
+    def weights_dir(self) -> Path:
+        return self.output_dir / "weight_updates"
+
+
 @pytest.fixture(scope="session")
-def vllm_server(tiny_model_dir, tmp_path_factory):
+def vllm_run(tmp_path_factory) -> VLLMRun:
+    output_dir = tmp_path_factory.mktemp("vllm_run")
+    key = secrets.token_urlsafe(32)
+    fd = os.open(output_dir / "server.key", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    os.write(fd, key.encode())
+    os.close(fd)
+    return VLLMRun(output_dir, key)
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tiny_model_dir, tmp_path_factory, vllm_run):
     """(address, the `rlvr serve` process). The server holds the tiny model's weights as
     loaded; a test that loads others must leave it as it found it (`restore_tiny_weights`)."""
     if not vllm_available():
         pytest.skip(f"vLLM is not installed: {INSTALL_HINT}")
     log = tmp_path_factory.mktemp("vllm_server") / "server.log"
+    env = {k: v for k, v in os.environ.items() if k != KEY_ENV}
+    env[KEY_FILE_ENV] = str(vllm_run.key_file)  # the key in a file, not on the command line
     cmd = [sys.executable, "-m", "rlvr.cli", "serve", tiny_model_dir,
+           f"experiment.output_dir={vllm_run.output_dir}",
            "rollout.vllm_kv_cache_gb=0.05", "rollout.vllm_max_model_len=1024",
            # fp32 weights: the tests hold its logprobs to the learner's at fp32 tolerances, and
            # `rlvr serve` runs in its own process, out of reach of conftest's bf16 pin.
            "rollout.dtype=float32", "--port", "0",
            "--log", str(log), "--startup-timeout", str(STARTUP_TIMEOUT_S)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, env=env)
     try:
         address = _wait_for_address(proc, log)
         yield address, proc

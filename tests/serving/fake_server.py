@@ -6,13 +6,19 @@ Generation is deterministic: a request's tokens are drawn from its seed (or the 
 tests can check which seed a request carried. In process (`FakeServer(...).start()`) or as a
 process of its own (`python tests/serving/fake_server.py --port P`, what a launcher test
 starts in place of vLLM).
+
+Like rlvr's real servers it may demand a key (`key=`, or as a process `RLVR_SERVER_KEY` in its
+environment, which a launcher sets): every route then answers 401 without it, and
+`/collective_rpc` takes only rlvr's methods (`rlvr.serving.guard.RPC_METHODS`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -21,10 +27,25 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
+from rlvr.serving.auth import KEY_ENV, key_matches
+from rlvr.serving.guard import RPC_METHODS
+
+
+class _QuietOnHangUp(ThreadingHTTPServer):
+    """A client that hangs up mid-answer (the trainer giving up on a server) is not an error of
+    the fake server's: socketserver would print its traceback into the test's stderr."""
+
+    def handle_error(self, request, client_address):
+        if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            super().handle_error(request, client_address)
+
 
 class FakeServer:
-    def __init__(self, port: int = 0, vocab: int = 250, tokens: int = 4, host: str = "127.0.0.1"):
+    def __init__(self, port: int = 0, vocab: int = 250, tokens: int = 4, host: str = "127.0.0.1",
+                 key: str | None = None):
         self.vocab, self.tokens = vocab, tokens
+        self.key = key  # None: every request answered, as before the door existed
+        self.refused: list[str] = []  # paths answered 401 (no or a wrong key)
         self.version = "default"
         self.calls: list[tuple[str, dict]] = []  # (path, body) of every POST, in order
         self.generate_seeds: list[int | None] = []
@@ -38,13 +59,15 @@ class FakeServer:
         self.reloaded_dtypes: list[set[str]] = []  # the dtypes of each reloaded file's tensors
         self.weight_dtype = "float32"  # what rlvr's worker extension would report; None: no
         self._lock = threading.Lock()
-        self.httpd = ThreadingHTTPServer((host, port), self._handler())
+        self.httpd = _QuietOnHangUp((host, port), self._handler())
         self.httpd.daemon_threads = True
         self._thread: threading.Thread | None = None
 
     @property
     def address(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        host = self.httpd.server_address[0]
+        return f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:" \
+               f"{self.httpd.server_address[1]}"
 
     def start(self) -> "FakeServer":
         self._thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,),
@@ -87,11 +110,13 @@ class FakeServer:
         return 200, {"choices": choices}
 
     def collective_rpc(self, body: dict) -> tuple[int, dict]:
+        if body["method"] not in RPC_METHODS:  # as rlvr's door answers vLLM's own methods
+            return 403, {"error": f"method {body['method']} refused"}
         if body["method"] == "weight_dtype" and self.weight_dtype is not None:
             return 200, {"results": [self.weight_dtype]}
-        if body["method"] != "reload_weights":
+        if body["method"] != "reload_weights_from":
             return 400, {"error": f"unknown method {body['method']}"}
-        path = Path(body["kwargs"]["weights_path"])
+        path = Path(body["args"][0] if body.get("args") else body["kwargs"]["weights_path"])
         files = sorted(path.glob("*.safetensors"))
         if self.fail_reload or not files:
             return 500, {"error": f"cannot reload from {path}"}
@@ -118,7 +143,17 @@ class FakeServer:
                 self.end_headers()
                 self.wfile.write(data)
 
+            def _locked_out(self) -> bool:
+                if server.key is None or key_matches(self.headers.get("authorization"),
+                                                     server.key):
+                    return False
+                server.refused.append(urlparse(self.path).path)
+                self._answer(401, {"error": "Unauthorized"})
+                return True
+
             def do_GET(self):
+                if self._locked_out():
+                    return
                 path = urlparse(self.path).path
                 if path == "/health":
                     return self._answer(200)
@@ -127,6 +162,8 @@ class FakeServer:
                 return self._answer(404)
 
             def do_POST(self):
+                if self._locked_out():
+                    return
                 url = urlparse(self.path)
                 length = int(self.headers.get("content-length") or 0)
                 body = json.loads(self.rfile.read(length) or b"{}")
@@ -172,7 +209,8 @@ def main() -> None:
     parser.add_argument("--vocab", type=int, default=250)
     parser.add_argument("--host", default="127.0.0.1")
     args = parser.parse_args()
-    server = FakeServer(args.port, args.vocab, host=args.host)
+    server = FakeServer(args.port, args.vocab, host=args.host,
+                        key=os.environ.get(KEY_ENV) or None)
     print(f"fake server at {server.address}", flush=True)
     server.httpd.serve_forever()
 

@@ -25,12 +25,14 @@ TOLERANCE = 1e-4
 
 
 @pytest.fixture
-def engine_for(vllm_server, tiny_model_dir, tmp_path):
+def engine_for(vllm_server, vllm_run, tiny_model_dir):
     address, _ = vllm_server
     made: list[RemoteEngine] = []
 
     def make(**settings) -> RemoteEngine:
-        cfg = EngineSettings(weight_update_dir=str(tmp_path / "weight_updates"), **settings)
+        # The trainer of the server's run: its weights directory, its key file.
+        cfg = EngineSettings(weight_update_dir=str(vllm_run.weights_dir),
+                             server_key_file=str(vllm_run.key_file), **settings)
         made.append(RemoteEngine([address], cfg, (2,), model_dir=tiny_model_dir))
         return made[-1]
 
@@ -60,10 +62,10 @@ def _perturbed(model, seed: int):
     return model
 
 
-def test_rlvr_serve_answers_health_and_its_logprobs_match_the_learner(vllm_server, engine_for,
-                                                                       tiny_model):
+def test_rlvr_serve_answers_health_and_its_logprobs_match_the_learner(vllm_server, vllm_run,
+                                                                       engine_for, tiny_model):
     address, proc = vllm_server
-    assert proc.poll() is None and ServerClient(address).healthy()
+    assert proc.poll() is None and ServerClient(address, key=vllm_run.key).healthy()
     engine = engine_for()
     groups = engine.generate(PROMPTS, SamplingParams(n=3, temperature=0.7, max_tokens=12, seed=1))
     assert [len(g) for g in groups] == [3, 3]
@@ -72,7 +74,7 @@ def test_rlvr_serve_answers_health_and_its_logprobs_match_the_learner(vllm_serve
 
 @pytest.mark.parametrize("mode", ["disk", "broadcast"])
 def test_after_an_update_the_server_samples_from_the_new_weights(mode, engine_for, tiny_model,
-                                                                 tmp_path):
+                                                                 vllm_run):
     engine = engine_for(weight_update=mode)
     for version, seed in ((1, 0), (2, 1)):  # twice: the second reuses the directory / group
         model = _perturbed(tiny_model, seed)
@@ -81,12 +83,12 @@ def test_after_an_update_the_server_samples_from_the_new_weights(mode, engine_fo
                                                          seed=4))
         assert {c.model_version for g in groups for c in g} == {version}
         assert _max_logprob_gap(model, groups, 1.0) < TOLERANCE
-    assert not any((tmp_path / "weight_updates").glob("v*"))  # disk updates cleaned up
+    assert not any(vllm_run.weights_dir.glob("v*"))  # disk updates cleaned up
 
 
 @pytest.mark.parametrize("inflight", [False, True])
 def test_a_request_in_flight_keeps_the_version_it_started_with(inflight, engine_for, tiny_model,
-                                                              monkeypatch):
+                                                              vllm_run, monkeypatch):
     """`wait` pauses let it finish on the old weights (every token version 0); in-flight
     (`keep`) updates continue it on the new ones, and its tokens say which version sampled
     each: the sample's version is its oldest token's."""
@@ -108,7 +110,7 @@ def test_a_request_in_flight_keeps_the_version_it_started_with(inflight, engine_
 
         worker = threading.Thread(target=generate_long)
         worker.start()
-        if not _wait_until_running(engine.live_addresses()[0], worker):
+        if not _wait_until_running(engine.live_addresses()[0], vllm_run.key, worker):
             continue  # finished before it was ever seen running: the attempt shows nothing
         engine.update_weights(_perturbed(tiny_model, 5).state_dict().items(), version=version + 1)
         worker.join(timeout=120)
@@ -124,7 +126,8 @@ def test_a_request_in_flight_keeps_the_version_it_started_with(inflight, engine_
     pytest.fail("no in-flight request ever saw the update land")
 
 
-def _wait_until_running(address: str, worker: threading.Thread, timeout_s: float = 60.0) -> bool:
+def _wait_until_running(address: str, key: str, worker: threading.Thread,
+                        timeout_s: float = 60.0) -> bool:
     """Until the server reports a request running (its Prometheus gauge), so the update below
     really lands while the request is in flight, however slow the machine; False if the
     request finished first."""
@@ -134,7 +137,9 @@ def _wait_until_running(address: str, worker: threading.Thread, timeout_s: float
     deadline = time.monotonic() + timeout_s
     text = ""
     while time.monotonic() < deadline:
-        text = urllib.request.urlopen(f"{address}/metrics", timeout=5).read().decode()
+        request = urllib.request.Request(f"{address}/metrics",
+                                         headers={"Authorization": f"Bearer {key}"})
+        text = urllib.request.urlopen(request, timeout=5).read().decode()
         running = re.search(r"^vllm:num_requests_running\{[^}]*\} ([0-9.]+)", text, re.M)
         if running and float(running.group(1)) >= 1:
             return True

@@ -10,6 +10,7 @@ policy's checkpoint holds its adapter (PEFT's files, naming the base model) and 
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 
@@ -31,8 +32,11 @@ def _save_atomically(model, tokenizer, target: Path, info: dict) -> Path:
 
 
 def list_checkpoints(output_dir: Path) -> list[Path]:
+    """The `step_<number>` directories under `checkpoints/`, oldest first; anything else there
+    (a copy named step_000003.bak) is not one, and is left alone."""
     root = Path(output_dir) / "checkpoints"
-    return sorted(root.glob("step_*"), key=lambda p: int(p.name.split("_")[1]))
+    found = [p for p in root.glob("step_*") if re.fullmatch(r"step_\d+", p.name) and p.is_dir()]
+    return sorted(found, key=lambda p: int(p.name.split("_")[1]))
 
 
 def latest_checkpoint(output_dir: Path) -> Path | None:

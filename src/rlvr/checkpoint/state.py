@@ -12,6 +12,12 @@ rank 0 and written here as `policy.safetensors`, `reference.safetensors` and ins
 of the state being built (`rlvr.checkpoint.sharded`), before the manifest and the rename, so a
 state is complete or absent in either format; the state directory must then be on a
 filesystem every learner rank reaches. A state is read back in the format it was written in.
+
+A state is data, never code: its pickled files load through `rlvr.checkpoint.safe_load`
+(tensors and plain values only), and its RNG states are stored as plain numbers. On resume,
+directories under the state folder that are not `step_<number>` are skipped with a warning, as
+is a state that is damaged (manifest, checksums) or does not load; `find_latest_state` reports
+each one, so a caller can refuse to start over when none is usable.
 """
 
 from __future__ import annotations
@@ -20,15 +26,18 @@ import hashlib
 import json
 import logging
 import random
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from rlvr.checkpoint.atomic import fresh_tmp_dir, keep_last, publish_dir
+from rlvr.checkpoint.safe_load import UnsafeStateFile, load_data
 
 log = logging.getLogger(__name__)
 MANIFEST = "manifest.json"
@@ -55,16 +64,24 @@ class TrainingState:
     # state being built; a loaded state names where they are in `learner_dir`.
     write_learner: Callable[[Path], None] | None = None
     learner_dir: Path | None = None
+    # An asynchronous run's batches made ahead of the trainer, as JSON text written and read by
+    # `rlvr.producer.ahead_state` (stored as ahead.json); "" when there are none.
+    ahead: str = ""
 
 
 def capture_rng() -> dict[str, Any]:
-    return {"python": random.getstate(), "numpy": np.random.get_state(),
+    """The process's RNG states as tensors and plain values (numpy's key array as a list)."""
+    kind, keys, pos, has_gauss, gauss = np.random.get_state()
+    return {"python": random.getstate(),
+            "numpy": (kind, [int(k) for k in keys], int(pos), int(has_gauss), float(gauss)),
             "torch": torch.get_rng_state()}
 
 
 def restore_rng(rng: dict[str, Any]) -> None:
-    random.setstate(rng["python"])
-    np.random.set_state(rng["numpy"])
+    version, internal, gauss = rng["python"]
+    random.setstate((version, tuple(internal), gauss))
+    kind, keys, pos, has_gauss, cached = rng["numpy"]  # older states hold the key array itself
+    np.random.set_state((kind, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
     torch.set_rng_state(rng["torch"])
 
 
@@ -94,6 +111,8 @@ def save_state(state: TrainingState, state_dir: Path, keep_last_n: int = 2) -> P
                 "mixer": state.mixer}, tmp / "trainer.pt")
     (tmp / "progress.json").write_text(json.dumps({"step": state.step, "episode": state.episode,
                                                    "policy_version": state.policy_version}))
+    if state.ahead:
+        (tmp / "ahead.json").write_text(state.ahead)
     # Relative paths: the sharded format's learner files sit in a subdirectory.
     files = sorted(p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file())
     manifest = {name: _sha256(tmp / name) for name in files}
@@ -103,8 +122,21 @@ def save_state(state: TrainingState, state_dir: Path, keep_last_n: int = 2) -> P
     return target
 
 
-def list_states(state_dir: Path) -> list[Path]:
-    return sorted(Path(state_dir).glob("step_*"), key=lambda p: int(p.name.split("_")[1]))
+_STATE_NAME = re.compile(r"step_(\d+)")
+
+
+def list_states(state_dir: Path, warn: bool = False) -> list[Path]:
+    """The `step_<number>` directories of `state_dir`, oldest first. Anything else named
+    `step_*` (a copy such as step_000003.bak, a file) is no state: left alone, and with `warn`
+    logged."""
+    states = []
+    for path in Path(state_dir).glob("step_*"):
+        if _STATE_NAME.fullmatch(path.name) and path.is_dir():
+            states.append(path)
+        elif warn:
+            log.warning("%s is not a training state (not a step_<number> directory); skipped",
+                        path)
+    return sorted(states, key=lambda p: int(p.name.split("_")[1]))
 
 
 def verify_state(path: Path) -> str | None:
@@ -114,10 +146,15 @@ def verify_state(path: Path) -> str | None:
         return "no manifest"
     try:
         manifest = json.loads(manifest_path.read_text())
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, UnicodeDecodeError):
         return "unreadable manifest"
+    if not isinstance(manifest, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                 for k, v in manifest.items()):
+        return "the manifest is not a mapping of file names to checksums"
     for name, digest in manifest.items():
-        if not (path / name).exists():
+        if Path(name).is_absolute() or ".." in Path(name).parts:
+            return f"the manifest names {name!r}, outside the state"
+        if not (path / name).is_file():
             return f"{name} is missing"
         if _sha256(path / name) != digest:
             return f"{name} does not match its checksum"
@@ -125,22 +162,40 @@ def verify_state(path: Path) -> str | None:
 
 
 def load_latest_state(state_dir: Path) -> TrainingState | None:
-    """The newest state that verifies; damaged ones are skipped with a warning."""
-    for path in reversed(list_states(state_dir)):
+    """The newest state that verifies and loads; others are skipped with a warning."""
+    return find_latest_state(state_dir)[0]
+
+
+def find_latest_state(state_dir: Path) -> tuple[TrainingState | None, list[tuple[Path, str]]]:
+    """The newest state of `state_dir` that verifies and loads (None if none does), and each
+    newer state that did not with what is wrong with it, each skipped with a warning."""
+    rejected: list[tuple[Path, str]] = []
+    for path in reversed(list_states(state_dir, warn=True)):
         problem = verify_state(path)
-        if problem:
-            log.warning("training state %s is damaged (%s); falling back to the one before",
-                        path, problem)
-            continue
-        trainer = torch.load(path / "trainer.pt", weights_only=False)
-        progress = json.loads((path / "progress.json").read_text())
-        reference = path / "reference.safetensors"
-        sharded = (path / LEARNER_DIR).is_dir()
-        return TrainingState(
-            step=progress["step"], episode=progress["episode"], mixer=trainer["mixer"],
-            policy={} if sharded else load_file(path / "policy.safetensors"),
-            reference=load_file(reference) if reference.exists() else None,
-            optimizer=trainer["optimizer"], scheduler=trainer["scheduler"], rng=trainer["rng"],
-            policy_version=progress.get("policy_version", progress["step"]),
-            learner_dir=path / LEARNER_DIR if sharded else None)
-    return None
+        if problem is None:
+            try:
+                return _load_state(path), rejected
+            except UnsafeStateFile as e:
+                problem = str(e)
+            except (KeyError, TypeError, ValueError, OSError, SafetensorError) as e:
+                # verified, yet not of this layout (or a crafted file with a matching checksum)
+                problem = f"not a training state of this rlvr ({type(e).__name__}: {e})"
+        log.warning("training state %s cannot be used (%s); falling back to the one before",
+                    path, problem)
+        rejected.append((path, problem))
+    return None, rejected
+
+
+def _load_state(path: Path) -> TrainingState:
+    trainer = load_data(path / "trainer.pt")
+    progress = json.loads((path / "progress.json").read_text())
+    reference = path / "reference.safetensors"
+    sharded = (path / LEARNER_DIR).is_dir()
+    return TrainingState(
+        step=int(progress["step"]), episode=int(progress["episode"]), mixer=trainer["mixer"],
+        policy={} if sharded else load_file(path / "policy.safetensors"),
+        reference=load_file(reference) if reference.exists() else None,
+        optimizer=trainer["optimizer"], scheduler=trainer["scheduler"], rng=trainer["rng"],
+        policy_version=int(progress.get("policy_version", progress["step"])),
+        learner_dir=path / LEARNER_DIR if sharded else None,
+        ahead=(path / "ahead.json").read_text() if (path / "ahead.json").is_file() else "")

@@ -30,6 +30,9 @@ HUMANEVAL_INSTRUCTION = ("Complete the following Python function. Reply with the
                          "code block.\n\n```python\n{prompt}\n```")
 SIMPLE_INSTRUCTION = " Reply with the function in a ```python code block."
 NUM_SIMPLE_ROWS = {"train": 2000, "test": 200}
+# Each test's own limit: a one-line function answers in microseconds, and an answer that loops
+# in all three tests then costs 6 s, within the scorer's default 10 s for the completion.
+SIMPLE_TEST_TIMEOUT_S = 2.0
 
 
 def _check_split(name: str, split: str) -> None:
@@ -165,14 +168,20 @@ SIMPLE_TEMPLATES: tuple[Callable[[random.Random], SimpleTask], ...] = (
 )
 
 
-def load_code_simple(split: str, seed: int) -> list[Example]:
-    """NUM_SIMPLE_ROWS[split] problems drawn from SIMPLE_TEMPLATES, deterministic in the seed."""
+def code_simple_tasks(split: str, seed: int) -> list[SimpleTask]:
+    """The NUM_SIMPLE_ROWS[split] problems behind `load_code_simple`'s rows, in order (with
+    their reference solutions: for tests and benchmarks)."""
     _check_split("code_simple", split)
     rng = random.Random(f"code_simple/{split}/{seed}")
+    return [rng.choice(SIMPLE_TEMPLATES)(rng) for _ in range(NUM_SIMPLE_ROWS[split])]
+
+
+def load_code_simple(split: str, seed: int) -> list[Example]:
+    """NUM_SIMPLE_ROWS[split] problems drawn from SIMPLE_TEMPLATES, deterministic in the seed."""
     out = []
-    for i in range(NUM_SIMPLE_ROWS[split]):
-        task = rng.choice(SIMPLE_TEMPLATES)(rng)
-        truth = json.dumps({"tests": list(task.tests), "entry_point": task.entry_point})
+    for i, task in enumerate(code_simple_tasks(split, seed)):
+        truth = json.dumps({"tests": list(task.tests), "entry_point": task.entry_point,
+                            "timeout_s": SIMPLE_TEST_TIMEOUT_S})
         out.append(Example(id=f"code_simple/{i}",
                            messages=({"role": "user",
                                       "content": task.description + SIMPLE_INSTRUCTION},),

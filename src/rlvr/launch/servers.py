@@ -11,6 +11,9 @@ into a clean stop, and `LocalServers.__exit__` runs), and the launcher dying out
 a second signal): each server is started with a parent-death signal, so the kernel sends it
 SIGTERM when the process that started it ends. That signal fires when the starting *thread*
 ends, so servers are always started from the thread that owns the `LocalServers`.
+
+Every server binds 127.0.0.1 (the trainer is on this host) and requires the run's key on every
+route (`rlvr.serving.guard`); it reloads weights only from `<output_dir>/weight_updates`.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from pathlib import Path
 
 from rlvr.config import Config
 from rlvr.device import engine_dtype
+from rlvr.serving.auth import new_key
 from rlvr.serving.server import ServerProcess, ServerSettings, ServerStartError
 
 log = logging.getLogger(__name__)
@@ -32,7 +36,8 @@ log = logging.getLogger(__name__)
 def server_settings(cfg: Config, model_dir: str, device: str, bf16: bool,
                     host: str = "127.0.0.1", port: int = 0) -> ServerSettings:
     """The server a run's engine expects: the rollout section's vLLM settings, the run's seed,
-    weights in `engine_dtype` for a device that computes in bf16 or not."""
+    weights in `engine_dtype` for a device that computes in bf16 or not, reloads only from the
+    run's `<output_dir>/weight_updates` (where its trainer writes them)."""
     r = cfg.rollout
     return ServerSettings(
         model=model_dir, host=host, port=port, dtype=engine_dtype(r.dtype, bf16),
@@ -42,7 +47,8 @@ def server_settings(cfg: Config, model_dir: str, device: str, bf16: bool,
         tensor_parallel_size=r.vllm_tensor_parallel_size,
         enforce_eager=r.vllm_enforce_eager,
         enable_prefix_caching=r.vllm_enable_prefix_caching, seed=cfg.experiment.seed,
-        device=device, cpu_threads_bind=r.vllm_cpu_threads_bind)
+        device=device, cpu_threads_bind=r.vllm_cpu_threads_bind,
+        weights_dir=str((Path(cfg.experiment.output_dir) / "weight_updates").resolve()))
 
 
 def _die_with_parent() -> None:
@@ -56,16 +62,19 @@ def _die_with_parent() -> None:
 
 class LocalServers:
     """`count` servers on this host, on consecutive ports from `first_port` (0: free ports),
-    logs in `log_dir/server_<i>.log`. A context manager: entered, every server is healthy;
-    left, every server is stopped."""
+    logs in `log_dir/server_<i>.log`, all requiring `key` (the run's, `prepare_run_key`; None:
+    a fresh one, `.key`). A context manager: entered, every server is healthy; left, every
+    server is stopped."""
 
     def __init__(self, settings: ServerSettings, count: int, log_dir: Path,
                  first_port: int = 0, startup_timeout_s: float = 600.0,
-                 visible_devices: list[str] | None = None):
+                 visible_devices: list[str] | None = None, key: str | None = None):
+        self.key = key or new_key()
         self.processes = [
             ServerProcess(replace(settings, port=first_port + i if first_port else 0,
                                   visible_devices=(visible_devices or [""] * count)[i]),
-                          log_path=Path(log_dir) / f"server_{i}.log", preexec_fn=_die_with_parent)
+                          log_path=Path(log_dir) / f"server_{i}.log", preexec_fn=_die_with_parent,
+                          key=self.key)
             for i in range(count)]
         self.startup_timeout_s = startup_timeout_s
 

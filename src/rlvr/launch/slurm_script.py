@@ -9,6 +9,11 @@ writes the exit code to `<output_dir>/slurm/exit_code` and stops every step. Pur
 tested without Slurm.
 What it is not: submitting the script or waiting for it (`rlvr.launch.slurm`).
 
+Servers bind their node's address as Slurm knows it (`NodeAddr`, else the node's name), not
+every interface, and the trainer reaches them there. Every step finds the run's key through
+`RLVR_SERVER_KEY_FILE` (`<output_dir>/server.key`, 0600, written by `rlvr.launch.slurm.prepare`):
+the script holds the file's path, never the key.
+
 Why the step flags differ with GPUs (verified on Slurm 22.05):
 - Without GPUs every step takes `--overlap`: the servers and the trainer share the job's CPUs,
   as the local launcher's child processes share the host's.
@@ -20,11 +25,14 @@ Why the step flags differ with GPUs (verified on Slurm 22.05):
 
 from __future__ import annotations
 
+import re
 import shlex
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
 from rlvr.config import Config, ConfigError
+from rlvr.serving.auth import KEY_FILE_ENV, run_key_path
 
 DEFAULT_FIRST_PORT = 8100  # rollout.server_port=0: the trainer step must know ports in advance
 STEP_PREFIX = "rlvr-"  # step names (squeue -s): rlvr-server-<i>, rlvr-trainer
@@ -47,10 +55,20 @@ class JobLayout:
     nodes: int
     gpus_per_node: int  # 0: CPU nodes, no --gres anywhere
     servers: tuple[ServerStep, ...]
-    trainer_gpus: int  # the trainer step's GPUs on node 0 (its one learner's)
+    trainer_gpus: int  # the trainer step's GPUs on each of its nodes: one per learner task
+    # The trainer step: `learners_per_node` learner tasks (ranks) on each of the job's first
+    # `learner_nodes` nodes, rank 0 (the trainer) on node 0.
+    learner_nodes: int = 1
+    learners_per_node: int = 1
+
+    @property
+    def num_learners(self) -> int:
+        return self.learner_nodes * self.learners_per_node
 
     def steps_on(self, node: int) -> int:
-        return sum(s.node == node for s in self.servers) + (node == 0)
+        """Tasks running at once on `node`: its servers and its learner ranks."""
+        learners = self.learners_per_node if node < self.learner_nodes else 0
+        return sum(s.node == node for s in self.servers) + learners
 
     @property
     def tasks_per_node(self) -> int:
@@ -92,14 +110,19 @@ class JobFiles:
 
 
 def job_layout(cfg: Config) -> JobLayout:
-    """Servers spread over the nodes in turn; with GPUs, node 0 keeps one for the trainer and a
-    node without `vllm_tensor_parallel_size` free GPUs is skipped. Ports: `server_port + i`
-    (`DEFAULT_FIRST_PORT + i` when 0), distinct across the job so two servers never clash."""
+    """Learner ranks on the first nodes (`distributed.num_learners_per_node`, the same count on
+    each), servers spread over the nodes in turn; with GPUs, each learner keeps one GPU of its
+    node and a node without `vllm_tensor_parallel_size` free GPUs is skipped. Ports:
+    `server_port + i` (`DEFAULT_FIRST_PORT + i` when 0), distinct across the job so two servers
+    never clash."""
     s, r = cfg.distributed.slurm, cfg.rollout
     first_port = r.server_port or DEFAULT_FIRST_PORT
-    trainer_gpus = 1 if s.gpus_per_node else 0
+    learner_nodes = len(cfg.distributed.num_learners_per_node)
+    per_node = cfg.distributed.num_learners_per_node[0]
+    trainer_gpus = per_node if s.gpus_per_node else 0
     tp = r.vllm_tensor_parallel_size if s.gpus_per_node else 0
-    free = [s.gpus_per_node - trainer_gpus] + [s.gpus_per_node] * (s.nodes - 1)
+    free = [s.gpus_per_node - (trainer_gpus if k < learner_nodes else 0)
+            for k in range(s.nodes)]
     servers, node = [], 0
     for i in range(r.num_servers):
         for _ in range(s.nodes):  # the next node (in turn) with room for one more server
@@ -110,17 +133,22 @@ def job_layout(cfg: Config) -> JobLayout:
             raise ConfigError(
                 f"rollout.num_servers={r.num_servers} servers of rollout.vllm_tensor_parallel_"
                 f"size={r.vllm_tensor_parallel_size} GPUs do not fit on distributed.slurm.nodes="
-                f"{s.nodes} x gpus_per_node={s.gpus_per_node} (the trainer keeps one GPU)")
+                f"{s.nodes} x gpus_per_node={s.gpus_per_node} (the learners keep one GPU "
+                "each)")
         free[node] -= tp
         servers.append(ServerStep(i, node, first_port + i, tp))
         node = (node + 1) % s.nodes
-    return JobLayout(s.nodes, s.gpus_per_node, tuple(servers), trainer_gpus)
+    return JobLayout(s.nodes, s.gpus_per_node, tuple(servers), trainer_gpus, learner_nodes,
+                     per_node)
 
 
 def batch_script(cfg: Config, layout: JobLayout, files: JobFiles, model_dir: str, python: str,
                  workdir: str) -> str:
     """The sbatch script of `cfg`'s run (`files.config` must hold `cfg`); `model_dir` is what
-    the servers load, `python` the interpreter on the nodes, `workdir` the job's directory."""
+    the servers load, `python` the interpreter on the nodes, `workdir` the job's directory.
+    ConfigError, before any text is built, for a value Slurm or the shell would misread
+    (`check_script_values`)."""
+    check_script_values(cfg, files, workdir, [model_dir, python])
     q = shlex.quote
     lines = ["#!/bin/bash",
              f"# rlvr: the inference servers and the trainer of experiment "
@@ -134,6 +162,8 @@ def batch_script(cfg: Config, layout: JobLayout, files: JobFiles, model_dir: str
              f"PYTHON={q(python)}",
              f"CONFIG={q(str(files.config))}",
              f"MODEL={q(model_dir)}",
+             "# The run's server key is in this 0600 file; the script never holds the key.",
+             f"export {KEY_FILE_ENV}={q(str(run_key_path(cfg.experiment.output_dir)))}",
              f"STARTUP_TIMEOUT_S={int(cfg.rollout.server_startup_timeout_s)}",
              f"NUM_NODES={layout.nodes}"]
     if layout.gpus_per_node:
@@ -143,23 +173,24 @@ def batch_script(cfg: Config, layout: JobLayout, files: JobFiles, model_dir: str
                      "# the job's CPUs shared by its steps on a node\n"
                      "(( STEP_CPUS >= 1 )) || STEP_CPUS=1")
     lines.append(_PROLOGUE)
+    lines.append(_NODE_ADDRESSES)
     for server in layout.servers:
         lines.append(_server_step(server, layout))
     lines.append(_HEALTH_WAIT)
-    # Broadcast weight updates connect the servers back to the trainer: at its node's name,
-    # unless the config names the address (the default, 127.0.0.1, only works on one node).
-    sync_host = "" if cfg.rollout.weight_sync_host else ' rollout.weight_sync_host="${NODES[0]}"'
-    lines.append(_srun(layout, 0, layout.trainer_gpus, "rlvr-trainer", '"$SLURM_DIR/trainer.log"')
-                 + f' \\\n    "$PYTHON" -m rlvr.cli train "$CONFIG"{sync_host} &')
+    # Broadcast weight updates connect the servers back to the trainer: at its node's address,
+    # unless the config names one (the default, 127.0.0.1, only works on one node).
+    sync_host = "" if cfg.rollout.weight_sync_host else \
+        ' rollout.weight_sync_host="${NODE_ADDRS[0]}"'
+    lines.append(_trainer_step(layout, sync_host))
     lines.append(_EPILOGUE)
     return "\n".join(lines) + "\n"
 
 
 def _sbatch_options(cfg: Config, layout: JobLayout, files: JobFiles, workdir: str) -> list[str]:
     s = cfg.distributed.slurm
-    # With GPUs the steps split the CPUs (--exact), so the job holds one task per step;
-    # without, they overlap on one task's CPUs.
-    tasks = layout.tasks_per_node if layout.gpus_per_node else 1
+    # With GPUs the steps split the CPUs (--exact), so the job holds one task per step (and
+    # per learner rank); without, they overlap on the learner ranks' CPUs.
+    tasks = layout.tasks_per_node if layout.gpus_per_node else layout.learners_per_node
     options = [f"--job-name={s.job_name or cfg.experiment.name}", f"--nodes={s.nodes}",
                f"--ntasks-per-node={tasks}", f"--time={s.time}",
                f"--output={_sbatch_value(str(files.job_log))}",
@@ -169,6 +200,55 @@ def _sbatch_options(cfg: Config, layout: JobLayout, files: JobFiles, workdir: st
                 "--partition": s.partition, "--account": s.account}
     options += [f"{flag}={value}" for flag, value in optional.items() if value]
     return options + list(s.sbatch_args)
+
+
+# What each value on an #SBATCH line may hold. A line break would end the comment and make the
+# rest a command of the script; the sets are those Slurm documents (names of partitions and
+# accounts, time formats), job names kept to characters no tool quotes.
+_JOB_NAME = re.compile(r"[A-Za-z0-9_.+@:=,-]{1,200}")
+_SLURM_NAMES = re.compile(r"[A-Za-z0-9_.-]+(,[A-Za-z0-9_.-]+)*")  # a partition list, an account
+_TIME = re.compile(r"(\d+-\d{1,2}(:\d{1,2}){0,2}|\d+(:\d{1,2}){0,2}|UNLIMITED|INFINITE)",
+                   re.IGNORECASE)  # min, min:s, h:min:s, d-h, d-h:min, d-h:min:s
+
+
+def _control_free(value: str) -> bool:
+    return not any(unicodedata.category(c)[0] == "C" or c in "\u2028\u2029" for c in value)
+
+
+def check_script_values(cfg: Config, files: JobFiles, workdir: str, shell_values: list[str]
+                        ) -> None:
+    """Every value the script will hold is one Slurm and bash read as that value: names of the
+    character sets Slurm accepts, a time in one of its formats, options starting with '-', and
+    no line break or control character anywhere (paths and `shell_values` included, which are
+    also shell-quoted where they reach a command). ConfigError naming every offender."""
+    s = cfg.distributed.slurm
+    errors = []
+    name_field = "distributed.slurm.job_name" if s.job_name else "experiment.name"
+    if not _JOB_NAME.fullmatch(s.job_name or cfg.experiment.name):
+        errors.append(f"{name_field}={s.job_name or cfg.experiment.name!r} names the Slurm job: "
+                      "use letters, digits and _.+@:=,- only (set distributed.slurm.job_name to "
+                      "keep experiment.name)")
+    for field, value in (("partition", s.partition), ("account", s.account)):
+        if value and not _SLURM_NAMES.fullmatch(value):
+            errors.append(f"distributed.slurm.{field}={value!r} is not a Slurm {field} name "
+                          "(letters, digits and _.- ; partitions separated by commas)")
+    if not _TIME.fullmatch(s.time):
+        errors.append(f"distributed.slurm.time={s.time!r} is not a Slurm time (minutes, "
+                      "H:MM:SS, D-HH:MM:SS, ...)")
+    for i, arg in enumerate(s.sbatch_args):
+        if not arg.startswith("-") or not _control_free(arg):
+            errors.append(f"distributed.slurm.sbatch_args[{i}]={arg!r} must be one sbatch "
+                          "option (starting with '-') with no line break or control character")
+    paths = {"experiment.output_dir": str(files.dir), "the working directory": workdir}
+    for field, value in paths.items():  # on #SBATCH lines, double-quoted when they hold spaces
+        if not _control_free(value) or '"' in value:
+            errors.append(f"{field} {value!r} holds a line break, control character or double "
+                          "quote, which an #SBATCH line cannot carry")
+    errors += [f"{value!r} holds a line break or control character" for value in shell_values
+               if not _control_free(value)]
+    if errors:
+        raise ConfigError("the Slurm script cannot carry these values:\n  - "
+                          + "\n  - ".join(errors))
 
 
 def _sbatch_value(value: str) -> str:
@@ -186,16 +266,48 @@ def _srun(layout: JobLayout, node: int, gpus: int, name: str, output: str) -> st
             f"    {resources} --output={output}")
 
 
+def _trainer_step(layout: JobLayout, sync_host: str) -> str:
+    """The trainer's step: one task running `rlvr train`, or with several learners one task per
+    rank on the first nodes, each given the environment torchrun would give it (rank 0 is the
+    trainer, the others serve it: `rlvr.distributed.ranks`), one rendezvous at node 0, and
+    `--kill-on-bad-exit` so a rank that fails ends the step."""
+    train = f'"$PYTHON" -m rlvr.cli train "$CONFIG"{sync_host} &'
+    if layout.num_learners == 1:
+        return (_srun(layout, 0, layout.trainer_gpus, "rlvr-trainer", '"$SLURM_DIR/trainer.log"')
+                + f" \\\n    {train}")
+    m, n = layout.learner_nodes, layout.learners_per_node
+    if layout.gpus_per_node:
+        resources = f'--exact --mem=0 --cpus-per-task="$STEP_CPUS" --gres=gpu:{n}'
+    else:
+        resources = "--overlap"
+    return "\n".join([
+        f"# the learner ranks: {n} per node on nodes 0-{m - 1}, rank 0 (the trainer) on node 0;",
+        "# one rendezvous at node 0, every rank's output in trainer.log",
+        'export MASTER_ADDR="${NODE_ADDRS[0]}"',
+        "export MASTER_PORT=$(\"$PYTHON\" -c 'import socket; s = socket.socket(); "
+        "s.bind((\"\", 0)); print(s.getsockname()[1])')",
+        f'LEARNER_NODES=$(IFS=,; echo "${{NODES[*]:0:{m}}}")',
+        ': > "$SLURM_DIR/trainer.log"',
+        f'srun --nodes={m} --ntasks={m * n} --ntasks-per-node={n} --nodelist="$LEARNER_NODES" '
+        f"--job-name=rlvr-trainer \\\n    --kill-on-bad-exit=1 {resources} "
+        '--output="$SLURM_DIR/trainer.log" --open-mode=append \\',
+        "    bash -c 'export RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID "
+        "WORLD_SIZE=$SLURM_NTASKS LOCAL_WORLD_SIZE=$SLURM_NTASKS_PER_NODE; exec \"$@\"' "
+        "rlvr-rank \\",
+        f"    {train}"])
+
+
 def _server_step(server: ServerStep, layout: JobLayout) -> str:
     i = server.index
     return "\n".join([
         f"# server {i}: node {server.node}, port {server.port}, {server.gpus} GPU(s)",
         _srun(layout, server.node, server.gpus, f"{STEP_PREFIX}server-{i}",
               f'"$SLURM_DIR/server_{i}.log"') + " \\",
-        f'    "$PYTHON" -m rlvr.cli serve "$MODEL" "$CONFIG" --host 0.0.0.0 --port {server.port} '
-        f'\\\n    --log "$SLURM_DIR/server_{i}.vllm.log" --startup-timeout "$STARTUP_TIMEOUT_S" &',
+        f'    "$PYTHON" -m rlvr.cli serve "$MODEL" "$CONFIG" '
+        f'--host "${{NODE_ADDRS[{server.node}]}}" --port {server.port} \\\n'
+        f'    --log "$SLURM_DIR/server_{i}.vllm.log" --startup-timeout "$STARTUP_TIMEOUT_S" &',
         "SERVER_PIDS+=($!)",
-        f'ADDRS+=("http://${{NODES[{server.node}]}}:{server.port}")'])
+        f'ADDRS+=("http://${{NODE_ADDRS[{server.node}]}}:{server.port}")'])
 
 
 # The constant parts of the script: they read only the variables set above them.
@@ -254,12 +366,29 @@ fi
 echo "rlvr: job ${SLURM_JOB_ID:-?} on ${NODES[*]}"
 '''
 
+_NODE_ADDRESSES = r'''
+# Each node's address as Slurm knows it (NodeAddr; the node's name when it gives none): the
+# servers bind it, not every interface, and the trainer reaches them there.
+NODE_ADDRS=()
+for node in "${NODES[@]}"; do
+    addr=$(scontrol show node -o "$node" 2>/dev/null | tr ' ' '\n' | sed -n 's/^NodeAddr=//p')
+    NODE_ADDRS+=("${addr:-$node}")
+done'''
+
 _HEALTH_WAIT = r'''
-# Bounded wait until every server answers /health (no proxy: they are on the cluster's network);
-# a server step that exits meanwhile fails the job at once, naming its log.
+# Bounded wait until every server answers /health (no proxy: they are on the cluster's network;
+# the run's key read from its file, as every route needs it); a server step that exits
+# meanwhile fails the job at once, naming its log.
 healthy() {
-    "$PYTHON" -c 'import sys, urllib.request as u
-u.build_opener(u.ProxyHandler({})).open(sys.argv[1] + "/health", timeout=2)' "$1" 2>/dev/null
+    "$PYTHON" -c 'import os, sys, urllib.request as u
+env = os.environ
+try:
+    key = env.get("RLVR_SERVER_KEY") or open(env["RLVR_SERVER_KEY_FILE"]).read().strip()
+except (KeyError, OSError):
+    key = ""
+head = {"Authorization": "Bearer " + key} if key else {}
+request = u.Request(sys.argv[1] + "/health", headers=head)
+u.build_opener(u.ProxyHandler({})).open(request, timeout=2)' "$1" 2>/dev/null
 }
 fail_start() {
     echo "rlvr: inference server $1 (${ADDRS[$1]}) $2; its log: $SLURM_DIR/server_$1.log" >&2

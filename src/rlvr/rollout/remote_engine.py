@@ -9,7 +9,9 @@ When no server is left, `EngineUnavailable` names every address and why it was d
 the trainer stops with its last good state saved. New weights reach every live server through
 the disk or a broadcast (`rlvr.rollout.server_weights`); a server whose update fails is
 dropped, so no server keeps serving an old version unnoticed (and every token carries the
-version that sampled it, which staleness checks read).
+version that sampled it, which staleness checks read). Every request carries the run's key
+(`RLVR_SERVER_KEY` / `RLVR_SERVER_KEY_FILE`, else `<output_dir>/server.key`, which a launcher
+writes: `rlvr.serving.auth`).
 
 What it is not: a server (`rlvr.serving`), or a launcher of servers (`rlvr.launch`).
 
@@ -33,6 +35,7 @@ import torch
 from rlvr.rollout.base import EngineSettings, EngineUnavailable, register_engine
 from rlvr.rollout.seeds import derive_seed
 from rlvr.rollout.server_weights import BroadcastUpdate, DiskUpdate
+from rlvr.serving.auth import client_key
 from rlvr.serving.client import ServerClient, ServerError
 from rlvr.serving.server import is_healthy
 from rlvr.types import Completion, SamplingParams
@@ -100,13 +103,16 @@ class RemoteEngine:
                  eos_token_ids: tuple[int, ...], model_dir: str = ""):
         self.cfg, self.eos_token_ids = cfg, tuple(eos_token_ids)
         self.version = 0
-        unhealthy = [a for a in addresses if not is_healthy(a, timeout_s=10.0)]
+        key = client_key(cfg.server_key_file or None)
+        unhealthy = [a for a in addresses if not is_healthy(a, timeout_s=10.0, key=key)]
         if unhealthy:
-            raise EngineUnavailable(f"inference servers not answering /health: {unhealthy}")
+            raise EngineUnavailable(f"inference servers not answering /health: {unhealthy} "
+                                    f"({'with' if key else 'without'} a server key; servers "
+                                    "rlvr starts need the run's: rlvr.serving.auth)")
         self.pool = ServerPool([_Server(ServerClient(a, cfg.server_request_timeout_s,
-                                                     cfg.weight_update_timeout_s))
+                                                     cfg.weight_update_timeout_s, key=key))
                                 for a in addresses])
-        self._updater = self._make_updater(cfg, model_dir)
+        self._updater = self._make_updater(cfg, model_dir, key)
         self._update_lock = threading.Lock()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="rlvr-remote",
@@ -202,7 +208,8 @@ class RemoteEngine:
             s.client.close()
 
     @staticmethod
-    def _make_updater(cfg: EngineSettings, model_dir: str) -> DiskUpdate | BroadcastUpdate:
+    def _make_updater(cfg: EngineSettings, model_dir: str,
+                      key: str | None) -> DiskUpdate | BroadcastUpdate:
         # In-flight updates freeze running requests and continue them on the new weights;
         # otherwise the update waits for them to finish on the old ones.
         pause_mode = "keep" if cfg.inflight_updates else "wait"
@@ -212,7 +219,7 @@ class RemoteEngine:
         return BroadcastUpdate(cfg.weight_sync_host or "127.0.0.1", cfg.vllm_tensor_parallel_size,
                                cfg.weight_sync_bucket_mb * 2**20, cfg.weight_update_timeout_s,
                                device=torch.device(cfg.device) if cfg.device != "auto" else None,
-                               pause_mode=pause_mode)
+                               pause_mode=pause_mode, key=key)
 
 
 def _tied_embeddings(model_dir: str) -> bool:

@@ -15,7 +15,13 @@ oldest token's); `wait` pauses let them finish on the old weights first.
 - `BroadcastUpdate`: the trainer is rank 0 of a torch.distributed group whose other ranks are
   the servers' workers (gloo here, NCCL on GPUs), joined through rlvr's worker extension
   (`rlvr.rollout.vllm_weight_receiver`, the same receive loop engine actors use); each push
-  streams the weights in buckets (`rlvr.rollout.weight_sync`).
+  streams the weights in buckets (`rlvr.rollout.weight_sync`). The group's store listens on
+  `weight_sync_host` only, and its plan is signed with the run's key, which the servers'
+  workers check before they join.
+
+Servers load only what is under their run's weights directory (`rlvr.serving.guard`), so
+`DiskUpdate`'s directory must be the one the servers were started with
+(`<output_dir>/weight_updates`).
 
 A server whose update fails is reported back by address so the caller can stop sending it
 requests: a server that missed an update must not keep serving an old version silently.
@@ -37,9 +43,8 @@ from rlvr.checkpoint.atomic import fresh_tmp_dir, publish_dir
 from rlvr.device import HOST, collective_backend
 from rlvr.models import DTYPES
 from rlvr.rollout.vllm_weight_receiver import with_tied_head
-from rlvr.rollout.weight_sync import BroadcastTransport, layout_of
+from rlvr.rollout.weight_sync import BroadcastTransport, bound_socket, layout_of
 from rlvr.serving.client import ServerClient, ServerError
-from rlvr.serving.server import free_port
 
 log = logging.getLogger(__name__)
 
@@ -139,11 +144,14 @@ def servers_weight_dtype(servers: Sequence[ServerClient], timeout_s: float) -> t
 class BroadcastUpdate:
     """Weights over a process group: this process is rank 0, each server's workers follow.
     The group forms at the first push (the layout comes from its weights); `host` must be an
-    address of this machine that every server can reach."""
+    address of this machine that every server can reach (the group's store listens there
+    only). `key`: the run's server key, which signs the group's plan (servers started by rlvr
+    refuse an unsigned one)."""
 
     def __init__(self, host: str, tensor_parallel_size: int, bucket_bytes: int,
-                 timeout_s: float, device: torch.device | None = None, pause_mode: str = "wait"):
-        self.host, self.tp = host, tensor_parallel_size
+                 timeout_s: float, device: torch.device | None = None, pause_mode: str = "wait",
+                 key: str | None = None):
+        self.host, self.tp, self._key = host, tensor_parallel_size, key
         self.bucket_bytes, self.timeout_s = bucket_bytes, timeout_s
         # NCCL between GPUs (the sender's buffer on its device), gloo through host memory.
         self.device = device
@@ -196,10 +204,11 @@ class BroadcastUpdate:
         return failures
 
     def _connect(self, servers: Sequence[ServerClient], weights: list) -> None:
-        port = free_port(self.host)
         world_size = 1 + self.tp * len(servers)
         layout = layout_of(weights)
         wire_dtype = servers_weight_dtype(servers, self.timeout_s)
+        listen = bound_socket(self.host)  # the port is known before the rendezvous blocks
+        port = listen.getsockname()[1]
 
         def join(indexed: tuple[int, ServerClient]) -> list:
             i, server = indexed
@@ -214,7 +223,8 @@ class BroadcastUpdate:
             self._transport = BroadcastTransport(self.host, port, world_size - 1, layout,
                                                  self.timeout_s, bucket_bytes=self.bucket_bytes,
                                                  backend=self.backend, device=self.device,
-                                                 wire_dtype=wire_dtype)
+                                                 wire_dtype=wire_dtype, token=self._key,
+                                                 listen=listen)
             ranks = [r for j in joins for r in j.result()]
         self._members = tuple(s.address for s in servers)
         log.info("weight broadcast group formed: %d server workers (ranks %s) at %s:%d, "

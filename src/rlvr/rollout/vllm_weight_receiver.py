@@ -18,6 +18,14 @@ weights into processed parameters; on CPU it fails outright (NOTES.md). `reload_
 have arrived, on either device; it is also why receivers never reuse a bucket's buffer (a layer
 split across buckets is held until complete).
 
+These methods are what an inference server's `/collective_rpc` reaches (the only ones:
+`rlvr.serving.guard`), so each checks its arguments as untrusted input: `init_weight_group`
+joins only a group whose plan is signed with the run's key when the worker has one (every
+server rlvr starts gives its workers the key, `RLVR_WEIGHT_SYNC_KEY`), and reads nothing but
+JSON from the store; `reload_weights_from` reads only a directory of safetensors under the run's
+weights directory (`RLVR_WEIGHTS_ROOT`), symlinks resolved. vLLM's own `reload_weights` takes
+any path, and the door refuses it.
+
 Whoever calls `receive_weights` must keep the engine from stepping meanwhile: `VLLMEngine` holds
 its step lock; a multiprocess engine core runs RPCs between steps anyway.
 
@@ -27,11 +35,14 @@ Not here: starting vLLM, sampling, or deciding which ranks exist (`rlvr.rollout.
 
 from __future__ import annotations
 
-from typing import Iterable, Iterator
+import os
+from typing import Any, Iterable, Iterator
 
 import torch
 
-from rlvr.rollout.weight_sync import BroadcastReceiver
+from rlvr.rollout.weight_sync import BACKENDS, BroadcastReceiver
+from rlvr.serving.auth import WEIGHT_SYNC_KEY_ENV
+from rlvr.serving.guard import WEIGHTS_ROOT_ENV, checked_weights_dir
 
 # The qualified name vLLM imports in each worker process.
 WORKER_EXTENSION = "rlvr.rollout.vllm_weight_receiver.WeightReceiverExtension"
@@ -41,7 +52,7 @@ class WeightReceiverExtension:
     """Mixed into vLLM's worker class: `self` is the worker, which provides `rank` (its rank
     among the engine's workers), `device`, `model_config` and `reload_weights`. vLLM refuses
     an extension whose attribute names clash with the worker's, hence no helper methods here
-    beyond the three calls, and state under one `_rlvr_` attribute."""
+    beyond the four calls, and state under one `_rlvr_` attribute."""
 
     def weight_dtype(self) -> str:
         """The dtype vLLM holds this worker's weights in ("bfloat16", "float32", ...): a
@@ -55,11 +66,24 @@ class WeightReceiverExtension:
         `world_size` (the sender is rank 0; an engine's workers take `rank_offset` = 1 +
         engine_index * tensor_parallel_size onward). Blocks until every rank has joined.
         Layout, bucket size and backend come from the sender; `backend`, if given, is
-        checked. Returns this worker's rank in the group."""
+        checked. Returns this worker's rank in the group. Arguments arrive as JSON from an
+        HTTP request: each is checked, and with the run's key in this worker's environment
+        the sender's plan must be signed with it."""
+        _check_group_args(host, port, rank_offset, world_size, backend, timeout_s)
         rank = rank_offset + self.rank
-        self._rlvr_receiver = BroadcastReceiver(host, port, rank, world_size - 1, timeout_s,
-                                                backend=backend, device=self.device)
+        if rank >= world_size:
+            raise ValueError(f"rank {rank} does not fit a group of {world_size}")
+        self._rlvr_receiver = BroadcastReceiver(
+            host, port, rank, world_size - 1, float(timeout_s), backend=backend,
+            device=self.device, token=os.environ.get(WEIGHT_SYNC_KEY_ENV) or None)
         return rank
+
+    def reload_weights_from(self, weights_path: str) -> None:
+        """Load the safetensors in `weights_path` in place, which must be a directory under the
+        run's weights directory (symlinks resolved, no '..'); anything else raises before vLLM
+        reads a byte (a reload from a bad path leaves vLLM half loaded: NOTES.md)."""
+        checked = checked_weights_dir(weights_path, os.environ.get(WEIGHTS_ROOT_ENV, ""))
+        self.reload_weights(weights_path=checked)
 
     def receive_weights(self, expected_version: int | None = None) -> int | None:
         """Wait for one push and load it into this worker's model; the version loaded, or None
@@ -80,6 +104,26 @@ class WeightReceiverExtension:
         if unread:
             raise RuntimeError(f"vLLM left {unread} weights of version {version} unread")
         return version
+
+
+def _check_group_args(host: Any, port: Any, rank_offset: Any, world_size: Any, backend: Any,
+                      timeout_s: Any) -> None:
+    def is_int(v: Any) -> bool:
+        return type(v) is int  # bool is not a rank
+
+    if not isinstance(host, str) or not host or len(host) > 255 \
+            or any(c.isspace() or c in "/@" for c in host):
+        raise ValueError(f"weight-sync host {host!r} is not a host name or address")
+    if not is_int(port) or not 0 < port < 65536:
+        raise ValueError(f"weight-sync port {port!r} is not a port")
+    if not is_int(rank_offset) or not is_int(world_size) or not 1 <= rank_offset < world_size:
+        raise ValueError(f"rank_offset={rank_offset!r}, world_size={world_size!r} are not ranks "
+                         "of a group whose rank 0 is the sender")
+    if backend is not None and backend not in BACKENDS:
+        raise ValueError(f"weight-sync backend {backend!r} is not one of {BACKENDS}")
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) \
+            or not 0 < timeout_s <= 24 * 3600:
+        raise ValueError(f"weight-sync timeout {timeout_s!r} is not a number of seconds")
 
 
 def with_tied_head(weights: Iterable[tuple[str, torch.Tensor]]

@@ -17,14 +17,28 @@ arrives. Both sides agree once, at connection time and through the rendezvous st
 layout (names, shapes, dtypes), the bucket size and the backend, so buckets are cut by the same
 pure function on both sides and each push carries only the version and the bytes.
 
+Trust: the rendezvous store is a plain key-value server that anyone who reaches its port can
+read and write, so what a receiver reads from it is data, never code: the plan travels as JSON
+(`encode_plan` / `decode_plan`, every field checked), nothing is unpickled (torch's own store
+and gloo exchange bytes, not pickles). With a `token` (the run's server key; an inference
+server's workers always have one) the plan carries an HMAC over itself and the address, port
+and size of the group, so a worker told to join a store someone else runs, or an old plan
+replayed, refuses it. The sender's store listens only on `host` (torch's TCPStore binds every
+interface unless handed a socket, `bound_socket`). The weights themselves then cross the
+group's connections unauthenticated and unencrypted: the network between trainer and engines
+must be the cluster's own (docs/security.md).
+
 Not here: gathering sharded weights (`rlvr.distributed.sharding`), which process sends or
 receives (`rlvr.distributed`), how an engine loads a tensor (`RolloutEngine.update_weights`).
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import json
 import math
-import pickle
+import socket
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Iterable, Iterator, NamedTuple
@@ -41,6 +55,13 @@ BACKENDS = ("gloo", "nccl")
 # viewed as any dtype (the widest element, complex128, is 16 bytes).
 _ALIGN_BYTES = 16
 _PLAN_KEY = "rlvr/weights/plan"
+_PLAN_FORMAT = 1
+_MAX_PLAN_BYTES = 64 * 2**20
+# The dtypes a plan may name (by torch's name without "torch."); nothing else is looked up.
+WIRE_DTYPES = {str(d).removeprefix("torch."): d for d in (
+    torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.complex64,
+    torch.complex128, torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8,
+    torch.bool, torch.float8_e4m3fn, torch.float8_e5m2)}
 
 NamedTensors = Iterable[tuple[str, torch.Tensor]]
 
@@ -142,6 +163,80 @@ class SyncPlan:
     backend: str  # "gloo" | "nccl"
 
 
+class PlanRefused(ValueError):
+    """A plan read from the store that is malformed, or whose MAC does not match."""
+
+
+def _plan_mac(token: str, plan_text: str, host: str, port: int, world_size: int) -> str:
+    # Bound to the group's address and size: a plan is good for the one group it was made for.
+    message = f"rlvr weight plan v{_PLAN_FORMAT}\n{host}\n{port}\n{world_size}\n{plan_text}"
+    return hmac.new(token.encode(), message.encode(), hashlib.sha256).hexdigest()
+
+
+def encode_plan(plan: SyncPlan, token: str | None, host: str, port: int,
+                world_size: int) -> bytes:
+    """The plan as the store holds it: JSON, with an HMAC when there is a `token`."""
+    text = json.dumps({"layout": [[n, list(shape), str(d).removeprefix("torch.")]
+                                  for n, shape, d in plan.layout],
+                       "bucket_bytes": plan.bucket_bytes, "backend": plan.backend})
+    mac = _plan_mac(token, text, host, port, world_size) if token else ""
+    return json.dumps({"format": _PLAN_FORMAT, "plan": text, "mac": mac}).encode()
+
+
+def decode_plan(data: bytes, token: str | None, host: str, port: int,
+                world_size: int) -> SyncPlan:
+    """The plan in `data`, every field checked; with a `token`, its MAC must match (for this
+    host, port and group size). `PlanRefused` otherwise."""
+    if len(data) > _MAX_PLAN_BYTES:
+        raise PlanRefused(f"weight-sync plan of {len(data)} bytes is too large")
+    try:
+        envelope = json.loads(data)
+        text, mac = envelope["plan"], envelope["mac"]
+        if envelope["format"] != _PLAN_FORMAT or not isinstance(text, str) \
+                or not isinstance(mac, str):
+            raise ValueError("unknown format")
+    except (ValueError, TypeError, KeyError, UnicodeDecodeError) as e:
+        raise PlanRefused(f"the weight-sync store holds no rlvr plan ({e})") from e
+    if token is not None and not hmac.compare_digest(
+            mac, _plan_mac(token, text, host, port, world_size)):
+        raise PlanRefused(f"the weight-sync plan at {host}:{port} is not signed with this "
+                          "run's key: refusing to join that group")
+    try:
+        raw = json.loads(text)
+        layout = [_spec(entry) for entry in raw["layout"]]
+        bucket_bytes, backend = raw["bucket_bytes"], raw["backend"]
+    except (ValueError, TypeError, KeyError) as e:
+        raise PlanRefused(f"malformed weight-sync plan ({e})") from e
+    if type(bucket_bytes) is not int or bucket_bytes < 1 or backend not in BACKENDS:
+        raise PlanRefused(f"malformed weight-sync plan (bucket_bytes={bucket_bytes!r}, "
+                          f"backend={backend!r})")
+    return SyncPlan(layout, bucket_bytes, backend)
+
+
+def _spec(entry: object) -> TensorSpec:
+    name, shape, dtype = entry  # type: ignore[misc]
+    if not isinstance(name, str) or not isinstance(shape, list) or dtype not in WIRE_DTYPES \
+            or not all(type(d) is int and d >= 0 for d in shape):
+        raise ValueError(f"bad layout entry {entry!r}")
+    return TensorSpec(name, tuple(shape), WIRE_DTYPES[dtype])
+
+
+def bound_socket(host: str, port: int = 0) -> socket.socket:
+    """A listening socket on `host` only (port 0: a free one), for the sender's store: torch's
+    TCPStore, left to itself, listens on every interface of the machine."""
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    family, _, _, _, address = infos[0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(128)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
 def buffer_device(backend: str, device: torch.device | None) -> torch.device:
     """Where a side's buffers live: host memory for gloo (its CUDA support is partial and goes
     through the host anyway), the given CUDA device for NCCL, which moves device memory only."""
@@ -189,12 +284,18 @@ class BroadcastTransport:
     receivers first or concurrently. `timeout_s` bounds every broadcast: a dead engine makes
     `push` raise instead of hanging the learner. `device` is where the one bucket buffer lives
     (the learner's GPU for NCCL; gloo uses host memory).
+
+    The store listens on `host` only: on `listen` if given (a `bound_socket(host)`, when the
+    port must be known before this blocks), else on a socket bound here to (host, port). The
+    transport owns the socket from then on. `token` (the run's key) signs the plan; receivers
+    that hold the key refuse a plan without it.
     """
 
     def __init__(self, host: str, port: int, num_engines: int, layout: Layout,
                  timeout_s: float = 300.0, *, bucket_bytes: int = DEFAULT_BUCKET_BYTES,
                  backend: str = "gloo", device: torch.device | None = None,
-                 wire_dtype: torch.dtype | None = None):
+                 wire_dtype: torch.dtype | None = None, token: str | None = None,
+                 listen: socket.socket | None = None):
         self.device = buffer_device(backend, device)
         self.layout = [TensorSpec(name, tuple(shape), dtype) for name, shape, dtype in layout]
         # What receivers are told and read; each push is checked against `layout`.
@@ -202,9 +303,14 @@ class BroadcastTransport:
         self.buckets = cut_buckets(self.wire, bucket_bytes)
         timeout = timedelta(seconds=timeout_s)
         world_size = num_engines + 1
-        self.store = dist.TCPStore(host, port, world_size, is_master=True, timeout=timeout)
+        sock = listen if listen is not None else bound_socket(host, port)
+        port = sock.getsockname()[1]
+        # The store takes the descriptor and closes it when it ends.
+        self.store = dist.TCPStore(host, port, world_size, is_master=True, timeout=timeout,
+                                   master_listen_fd=sock.detach())
         # Published before the group forms: receivers read the backend to build theirs.
-        self.store.set(_PLAN_KEY, pickle.dumps(SyncPlan(self.wire, bucket_bytes, backend)))
+        self.store.set(_PLAN_KEY, encode_plan(SyncPlan(self.wire, bucket_bytes, backend), token,
+                                              host, port, world_size))
         self.group = _process_group(self.store, 0, world_size, timeout, backend)
         self._buffer_N: torch.Tensor | None = None  # the one bucket buffer, from the first push
         self._failed = False
@@ -262,18 +368,20 @@ def _fill(bucket: Bucket, buffer_N: torch.Tensor, tensors: Iterator[tuple[str, t
 class BroadcastReceiver:
     """A receiving process's side, rank `rank` (1..num_engines) of the sender's group.
 
-    Layout, bucket size and backend come from the sender (`SyncPlan`); `backend`, if given, is
-    checked against the sender's. `device` is this process's CUDA device when the sender uses
-    NCCL (ignored by gloo). `receive_into(engine)` waits for one push and loads it.
+    Layout, bucket size and backend come from the sender (`SyncPlan`, JSON, checked); `backend`,
+    if given, is checked against the sender's. `device` is this process's CUDA device when the
+    sender uses NCCL (ignored by gloo). With a `token` (the run's key) the plan must carry its
+    MAC, or the receiver refuses to join (`PlanRefused`) before any group forms.
+    `receive_into(engine)` waits for one push and loads it.
     """
 
     def __init__(self, host: str, port: int, rank: int, num_engines: int,
                  timeout_s: float = 300.0, *, backend: str | None = None,
-                 device: torch.device | None = None):
+                 device: torch.device | None = None, token: str | None = None):
         timeout = timedelta(seconds=timeout_s)
         world_size = num_engines + 1
         self.store = dist.TCPStore(host, port, world_size, is_master=False, timeout=timeout)
-        plan: SyncPlan = pickle.loads(self.store.get(_PLAN_KEY))
+        plan = decode_plan(self.store.get(_PLAN_KEY), token, host, port, world_size)
         if backend is not None and backend != plan.backend:
             raise ValueError(f"this receiver expects weight sync over {backend}, the sender "
                              f"uses {plan.backend}")

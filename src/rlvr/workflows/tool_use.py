@@ -26,10 +26,12 @@ async def tool_use(ctx: EpisodeContext, prompt: Prompt) -> list[Trajectory]:
     stops = tuple(dict.fromkeys(ctx.params.stop_strings + TOOL_STOP_STRINGS))
     ctx.params = replace(ctx.params, stop_strings=stops)
     first_turns = await ctx.generate(prompt.token_ids)
-    return list(await asyncio.gather(*(_converse(ctx, prompt, c) for c in first_turns)))
+    return list(await asyncio.gather(*(_converse(ctx, prompt, c, k)
+                                       for k, c in enumerate(first_turns))))
 
 
-async def _converse(ctx: EpisodeContext, prompt: Prompt, turn_out: Completion) -> Trajectory:
+async def _converse(ctx: EpisodeContext, prompt: Prompt, turn_out: Completion,
+                    sample: int) -> Trajectory:
     s = ctx.settings
     budget = s.max_episode_tokens or ctx.params.max_tokens * s.max_turns
     trajectory = TrajectoryBuilder()
@@ -61,7 +63,8 @@ async def _converse(ctx: EpisodeContext, prompt: Prompt, turn_out: Completion) -
         trajectory.add_given(given)
         turn += 1
         turn_out = (await ctx.generate(list(prompt.token_ids) + trajectory.token_ids,
-                                       ctx.turn_params(turn, min(ctx.params.max_tokens, room))))[0]
+                                       ctx.turn_params(turn, min(ctx.params.max_tokens, room)),
+                                       sample=sample))[0]
     last = trajectory.last
     outcome = (await ctx.score(prompt, [last.text], [messages[len(prompt.messages):]]))[0]
     reward = ctx.shape([outcome.score], [last])[0]

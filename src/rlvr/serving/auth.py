@@ -1,0 +1,156 @@
+"""The run's server key: a per-run secret every request to an inference server carries.
+
+What it is: where the key lives (`<output_dir>/server.key`, mode 0600, written atomically),
+how a process finds it (`RLVR_SERVER_KEY`, else the file named by `RLVR_SERVER_KEY_FILE`, else
+the run's file), how a request carries it (`Authorization: Bearer <key>`, the header vLLM's
+own `--api-key` reads) and how a server checks it (`key_matches`, a constant-time comparison).
+What it is not: the server's door (`rlvr.serving.guard`, which uses these) or a user database:
+one run, one key, shared by the trainer and its servers.
+
+Why a file or the environment and never the command line: every user of a host can read any
+process's argv (`ps`), while `/proc/<pid>/environ` and a 0600 file are the owner's alone. The
+key is never logged; only the file's path is.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import os
+import secrets
+import socket
+import stat
+from pathlib import Path
+from typing import Mapping
+
+KEY_ENV = "RLVR_SERVER_KEY"  # the key itself (a launcher sets it in a server's environment)
+KEY_FILE_ENV = "RLVR_SERVER_KEY_FILE"  # or a file holding it (a Slurm job's steps read this)
+# The key as the server's vLLM workers read it, to check the weight-sync handshake
+# (`rlvr.rollout.weight_sync`); only a server's environment holds it, so an engine inside a
+# trainer's process never asks a handshake for a MAC it cannot have.
+WEIGHT_SYNC_KEY_ENV = "RLVR_WEIGHT_SYNC_KEY"
+KEY_FILE_NAME = "server.key"
+_MAX_KEY_CHARS = 1024
+
+
+class ServerKeyError(ValueError):
+    """A key file that is missing, empty, not a regular file, or readable by other users."""
+
+
+def run_key_path(output_dir: str | Path) -> Path:
+    """Where a run keeps its key: `<output_dir>/server.key`."""
+    return Path(output_dir) / KEY_FILE_NAME
+
+
+def new_key() -> str:
+    """32 random bytes, URL-safe text (no whitespace, safe in a header)."""
+    return secrets.token_urlsafe(32)
+
+
+def write_key_file(path: str | Path, key: str) -> Path:
+    """`key` into `path`, mode 0600 from the moment the file exists (created under a temporary
+    name with O_EXCL and renamed over any earlier one)."""
+    path = Path(path)
+    _check_key_text(key, str(path))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        os.fchmod(fd, 0o600)  # whatever the umask
+        os.write(fd, key.encode() + b"\n")
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    return path
+
+
+def read_key_file(path: str | Path) -> str:
+    """The key in `path`; refuses a symlink, a file others can read or write, an empty one."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError as e:
+        raise ServerKeyError(f"cannot read the server key file {path}: {e.strerror}") from e
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ServerKeyError(f"the server key file {path} is not a regular file")
+        if st.st_mode & 0o077:
+            raise ServerKeyError(f"the server key file {path} is open to other users (mode "
+                                 f"{stat.S_IMODE(st.st_mode):o}); chmod 600 it")
+        text = os.read(fd, _MAX_KEY_CHARS + 2).decode(errors="replace").strip()
+    finally:
+        os.close(fd)
+    _check_key_text(text, str(path))
+    return text
+
+
+def key_from_env(env: Mapping[str, str] | None = None) -> str | None:
+    """`RLVR_SERVER_KEY`, else the file `RLVR_SERVER_KEY_FILE` names, else None."""
+    env = os.environ if env is None else env
+    if env.get(KEY_ENV, "").strip():
+        key = env[KEY_ENV].strip()
+        _check_key_text(key, KEY_ENV)
+        return key
+    if env.get(KEY_FILE_ENV, "").strip():
+        return read_key_file(env[KEY_FILE_ENV].strip())
+    return None
+
+
+def prepare_run_key(output_dir: str | Path) -> str:
+    """The key of a run whose launcher starts its servers: the environment's if it names one
+    (the user's servers and ours then share it), else a fresh one; either way written to
+    `<output_dir>/server.key`, which the run's trainer reads (`client_key`)."""
+    key = key_from_env() or new_key()
+    write_key_file(run_key_path(output_dir), key)
+    return key
+
+
+def client_key(run_key_file: str | Path | None = None) -> str | None:
+    """The key a client sends: the environment's, else the run's key file if it exists, else
+    None (a server that needs one then answers 401, and the error says so)."""
+    key = key_from_env()
+    if key is None and run_key_file and Path(run_key_file).exists():
+        key = read_key_file(run_key_file)
+    return key
+
+
+def auth_headers(key: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
+def key_matches(authorization: str | bytes | None, key: str) -> bool:
+    """True if an Authorization header value is `Bearer <key>`; constant time in the key."""
+    if not authorization:
+        return False
+    if isinstance(authorization, str):
+        authorization = authorization.encode("latin-1", errors="replace")
+    scheme, _, given = authorization.partition(b" ")
+    if scheme.lower() != b"bearer":
+        return False
+    return hmac.compare_digest(given.strip(), key.encode())
+
+
+def is_loopback(host: str) -> bool:
+    """True if every address `host` names is a loopback one ("" and 0.0.0.0 are every
+    interface, so not). A name that does not resolve counts as not loopback."""
+    if host in ("", "0.0.0.0", "::"):
+        return False
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None)
+    except OSError:
+        return False
+    return bool(infos) and all(ipaddress.ip_address(info[4][0].split("%")[0]).is_loopback
+                               for info in infos)
+
+
+def _check_key_text(key: str, where: str) -> None:
+    if not key:
+        raise ServerKeyError(f"the server key in {where} is empty")
+    if len(key) > _MAX_KEY_CHARS or any(c.isspace() or not c.isprintable() for c in key):
+        raise ServerKeyError(f"the server key in {where} must be at most {_MAX_KEY_CHARS} "
+                             "printable characters without spaces")

@@ -1,0 +1,104 @@
+"""The exploit canary: built-in cases earn nothing from the built-in verifiers; a verifier that
+pays one stops the run before step 1, naming it; users register cases for their verifiers."""
+
+import json
+import time
+
+import pytest
+
+from rlvr.config import ConfigError, load_config
+from rlvr.rewards import canary
+from rlvr.rewards.canary import ExploitCase, cases_for, register_exploit_case, run_canary
+from rlvr.rewards.scorer import RewardScorer
+
+THIS = "tests.rewards.test_canary"
+
+
+def always_pays(completion: str, ground_truth: str) -> float:
+    """A verifier any answer satisfies."""
+    return 1.0
+
+
+def naive_code(completion: str, ground_truth: str) -> float:
+    """A code verifier without a sandbox worth the name: the answer and the asserts share a
+    process (the design before the two-process sandbox), in a throwaway child interpreter."""
+    import subprocess
+    import sys
+
+    from rlvr.rewards.code import extract_code
+
+    tests = json.loads(ground_truth)["tests"]
+    program = (extract_code(completion) or "") + "\n" + "\n".join(tests)
+    done = subprocess.run([sys.executable, "-I", "-c", program], capture_output=True,
+                          timeout=10)
+    return 1.0 if done.returncode == 0 else 0.0
+
+
+register_exploit_case(ExploitCase(f"{THIS}:always_pays", "anything at all", "no", "7"))
+for _case in cases_for("code"):
+    register_exploit_case(ExploitCase(f"{THIS}:naive_code", _case.name, _case.completion,
+                                      _case.ground_truth))
+
+
+@pytest.fixture(scope="module")
+def scorer():
+    with RewardScorer(num_workers=2, timeout_s=10.0) as s:
+        yield s
+
+
+def test_built_in_verifiers_pay_no_built_in_exploit(scorer):
+    start = time.perf_counter()
+    tried = run_canary(scorer, {"code", "gsm8k", "last_number", "string_matcher"},
+                       format_reward=True)
+    assert tried == ["code", "gsm8k", "last_number", "r1_format"]
+    assert time.perf_counter() - start < 15  # under 5 s alone; generous beside other jobs
+
+
+@pytest.mark.parametrize("verifier", ["math", "strict_math"])
+def test_math_verifiers_pay_no_hedge(scorer, verifier):
+    """The math verifiers of HEAD paid 'The final answer is 7, 8, 9' for 7 (math-verify read
+    the list and matched a member); issue 35's answer extraction (rewards/math.py) pays none."""
+    run_canary(scorer, {verifier})
+
+
+def test_a_verifier_that_pays_stops_the_run_naming_it_and_the_case(scorer):
+    with pytest.raises(ConfigError, match=rf"'{THIS}:always_pays' paid 1 for exploit "
+                                          r"'anything at all'.*exploit_canary=false"):
+        run_canary(scorer, {f"{THIS}:always_pays", "gsm8k"})
+
+
+def test_the_code_cases_are_real_exploits(scorer):
+    """Against answer and asserts in one process, the cases pay: the canary would have caught
+    the sandbox's old design."""
+    with pytest.raises(ConfigError) as caught:
+        run_canary(scorer, {f"{THIS}:naive_code"})
+    assert "'patching assert'" in str(caught.value) and "'reading the tests'" in str(caught.value)
+
+
+def test_a_lenient_format_reward_is_caught(scorer, monkeypatch):
+    monkeypatch.setattr(canary, "has_r1_format", lambda text: True)
+    with pytest.raises(ConfigError, match="'r1_format' paid 1 for exploit 'empty tags'"):
+        run_canary(scorer, set(), format_reward=True)
+    run_canary(scorer, set(), format_reward=False)  # not applied, not tried
+
+
+def test_a_case_name_is_taken_once():
+    case = ExploitCase("some_verifier", "same name", "a", "b")
+    register_exploit_case(case)
+    register_exploit_case(case)  # the same case again (a module imported twice): fine
+    with pytest.raises(ValueError, match="already registered"):
+        register_exploit_case(ExploitCase("some_verifier", "same name", "other", "b"))
+
+
+def test_training_stops_before_step_1_when_a_verifier_pays(tmp_path):
+    from rlvr.trainer import train
+
+    overrides = [f"experiment.output_dir={tmp_path}", "experiment.total_episodes=16",
+                 f"rewards.remap_verifier={{last_number: '{THIS}:always_pays'}}",
+                 "logging.progress_bar=false", "checkpoint.save_final=false"]
+    with pytest.raises(ConfigError, match="exploit canary"):
+        train(load_config("configs/tiny.yaml", overrides))
+    assert not (tmp_path / "metrics.jsonl").exists() or \
+        (tmp_path / "metrics.jsonl").read_text().strip() == ""
+    run = train(load_config("configs/tiny.yaml", [*overrides, "rewards.exploit_canary=false"]))
+    assert run.history[-1]["training_step"] == 1

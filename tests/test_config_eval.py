@@ -23,7 +23,7 @@ def test_sampled_eval_settings_load():
 @pytest.mark.parametrize("overrides, named", [
     (["eval.num_samples=4", "eval.temperature=1.0", "eval.pass_at_k=[1,8]"],
      ["eval.pass_at_k", "k=8", "eval.num_samples=4"]),
-    (["eval.pass_at_k=[0]"], ["eval.pass_at_k", "k=0"]),
+    (["eval.pass_at_k=[0]"], ["eval.pass_at_k[0]=0 must be >= 1"]),
     (["eval.pass_at_k=[]"], ["eval.pass_at_k"]),
     (["eval.num_samples=0"], ["eval.num_samples=0"]),
     (["eval.num_samples=4"], ["eval.temperature=0", "eval.num_samples=4", "greedy"]),

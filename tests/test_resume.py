@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -30,6 +31,7 @@ def _metrics(out):
     return [{k: v for k, v in r.items() if not k.startswith(TIMING)} for r in rows]
 
 
+@pytest.mark.slow
 def test_sigkill_after_step_3_then_resume_is_exact(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     straight, killed = tmp_path / "straight", tmp_path / "killed"
@@ -63,8 +65,11 @@ def test_a_damaged_state_falls_back_to_the_previous_one(tmp_path, caplog):
     assert state.step == 1 and "does not match its checksum" in caplog.text
 
 
+@pytest.mark.slow
 def test_sigterm_finishes_the_step_saves_state_and_says_how_to_resume(tmp_path):
-    cmd = _cmd(tmp_path, episodes=16 * 40) + ["checkpoint.checkpoint_state_freq=0"]
+    # 10 steps: the signal comes after step 2, and the rerun finishes the rest (40 cost 5 min
+    # on a loaded 2-core machine, for nothing more tested).
+    cmd = _cmd(tmp_path, episodes=16 * 10) + ["checkpoint.checkpoint_state_freq=0"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     metrics = tmp_path / "metrics.jsonl"
     deadline = time.monotonic() + 120
@@ -78,7 +83,7 @@ def test_sigterm_finishes_the_step_saves_state_and_says_how_to_resume(tmp_path):
     step = load_latest_state(tmp_path / "state").step
     assert len(_metrics(tmp_path)) == step + 1  # every finished step logged, no more
     subprocess.run(cmd, check=True, capture_output=True)
-    assert [r["training_step"] for r in _metrics(tmp_path)] == list(range(41))
+    assert [r["training_step"] for r in _metrics(tmp_path)] == list(range(11))
 
 
 def test_repeated_non_finite_gradients_abort_keeping_the_last_good_state(tmp_path, capsys):
@@ -118,6 +123,7 @@ sys.exit(main(sys.argv[1:]))
 '''
 
 
+@pytest.mark.slow
 def test_killed_in_the_middle_of_a_state_save_resumes_from_the_previous_state(tmp_path):
     straight, killed = tmp_path / "straight", tmp_path / "killed"
     subprocess.run(_cmd(straight), check=True, capture_output=True)

@@ -11,12 +11,14 @@ import argparse
 import logging
 import os
 import sys
+import traceback
 from pathlib import Path
 
 from rlvr.config import ConfigError, load_config, to_yaml
 from rlvr.data.errors import DataError
-from rlvr.interrupts import (EngineLost, EngineUnavailable, NumericalFault, SlurmJobFailed,
-                             TrainingInterrupted)
+from rlvr.interrupts import (EngineLost, EngineUnavailable, NumericalFault, ResumeRefused,
+                             RunFinished, SlurmJobFailed, TrainingInterrupted, VerifierFault)
+from rlvr.serving.auth import ServerKeyError
 from rlvr.serving.server import ServerStartError
 
 
@@ -48,6 +50,8 @@ def _train(cfg) -> int:
     # Under distributed.launcher, with the inference servers it needs; a Slurm job that does
     # not exit 0 raises SlurmJobFailed, so the exit code is the job's.
     run = launch(cfg)
+    if run is None:  # a learner rank other than 0: it served rank 0, which reports the run
+        return 0
     print(f"done: {cfg.num_training_steps} steps, metrics in {run.output_dir / 'metrics.jsonl'}")
     return 0
 
@@ -71,7 +75,9 @@ def _cmd_launch(args: argparse.Namespace) -> int:
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     """An inference server for a model or checkpoint, set up as training sets its servers up;
-    runs until SIGINT/SIGTERM (or until the server dies: then exits 1)."""
+    runs until SIGINT/SIGTERM (or until the server dies: then exits 1). Every route needs the
+    key from RLVR_SERVER_KEY / RLVR_SERVER_KEY_FILE; without one, a server on a loopback
+    address gets a fresh key in <output_dir>/server.key, and any other address is refused."""
     import signal
     import time
 
@@ -79,14 +85,25 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from rlvr.launch.servers import server_settings
     from rlvr.models import resolve_model_dir
     from rlvr.serving import ServerProcess
+    from rlvr.serving.auth import is_loopback, key_from_env, new_key, run_key_path, write_key_file
 
     cfg = load_config(*_split_args(args.items))
+    key = key_from_env()
+    if key is None:
+        if not is_loopback(args.host):
+            raise ConfigError(f"rlvr serve --host {args.host}: a server on an address other "
+                              "than loopback needs a key (RLVR_SERVER_KEY_FILE=<a 0600 file>, "
+                              "or RLVR_SERVER_KEY); refusing to serve without one")
+        key = new_key()
+        key_file = write_key_file(run_key_path(cfg.experiment.output_dir), key).resolve()
+        print(f"rlvr: a new server key is in {key_file} (clients: RLVR_SERVER_KEY_FILE="
+              f"{key_file})", flush=True)
     model_dir = resolve_model_dir(args.model)
     device = resolve_device(cfg.model.device)
     settings = server_settings(cfg, model_dir, device.type,
                                device.bf16_compute(cfg.model.bf16_autocast),
                                host=args.host, port=args.port)
-    server = ServerProcess(settings, log_path=args.log)
+    server = ServerProcess(settings, log_path=args.log, key=key)
     stop = []
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda signum, frame: stop.append(signum))
@@ -102,8 +119,12 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _cmd_config(args: argparse.Namespace) -> int:
-    from rlvr.build import check_registered_names
+    from rlvr.input_checks import check_registered_names
 
+    if args.reference:  # the schema's reference page (docs/reference/config.md), no config
+        from rlvr.config.reference import main as reference
+
+        return reference(["-"])
     cfg = load_config(*_split_args(args.items))
     check_registered_names(cfg)
     print(to_yaml(cfg), end="")
@@ -226,6 +247,9 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=helptext)
         p.add_argument("items", nargs="*", metavar="CONFIG.yaml | key.sub=value",
                        help="YAML files merged in order (a base, then presets), then overrides")
+    sub.choices["config"].add_argument(
+        "--reference", action="store_true", help="print the configuration reference (every "
+        "field: type, default, allowed values, comment) generated from the schema, as Markdown")
     sub.add_parser("env", help="what rlvr sees: devices, bf16 support, library versions")
     la = sub.add_parser("launch", help="train under a launcher (local, ray, slurm), starting "
                                        "the inference servers the config asks for")
@@ -243,7 +267,8 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("items", nargs="*", metavar="CONFIG.yaml | key.sub=value",
                    help="settings from a run's config (rollout.vllm_*, rollout.dtype, "
                    "model.device, experiment.seed)")
-    v.add_argument("--host", default="127.0.0.1", help="interface to bind (0.0.0.0: all)")
+    v.add_argument("--host", default="127.0.0.1", help="address to bind; other than loopback "
+                   "only with a key (RLVR_SERVER_KEY_FILE or RLVR_SERVER_KEY)")
     v.add_argument("--port", type=int, default=8000, help="0 picks a free port")
     v.add_argument("--log", type=Path, default=None, help="server log file (default: none)")
     v.add_argument("--startup-timeout", type=float, default=600.0)
@@ -292,26 +317,35 @@ def main(argv: list[str] | None = None) -> int:
                 "generate": _cmd_generate,
                 "prepare": _cmd_prepare, "env": _cmd_env, "eval": _cmd_eval, "report": _cmd_report,
                 "merge": _cmd_merge}
+    # Every exit code is listed in docs/faults.md.
     try:
         return handlers[args.command](args)
+    except RunFinished as e:  # a rerun of a finished run: nothing to do, and not a failure
+        print(f"rlvr: {e}")
+        return 0
     except ConfigError as e:
-        print(f"rlvr: {e}", file=sys.stderr)
-        return 2
-    except (FileNotFoundError, DataError) as e:
-        print(f"rlvr: {e}", file=sys.stderr)
-        return 2
+        return _fail(e, 2)
+    except (FileNotFoundError, DataError, ServerKeyError, ResumeRefused) as e:
+        return _fail(e, 2)
     except TrainingInterrupted as e:
-        print(f"rlvr: {e}", file=sys.stderr)
-        return e.exit_code
+        return _fail(e, e.exit_code)
     except NumericalFault as e:
-        print(f"rlvr: {e}", file=sys.stderr)
-        return 3
+        return _fail(e, 3)
     except (EngineLost, EngineUnavailable, ServerStartError) as e:
-        print(f"rlvr: {e}", file=sys.stderr)
-        return 4
+        return _fail(e, 4)
+    except VerifierFault as e:
+        return _fail(e, 5)
     except SlurmJobFailed as e:  # the job's own exit code (the trainer's, when it ran)
-        print(f"rlvr: {e}", file=sys.stderr)
-        return e.exit_code
+        return _fail(e, e.exit_code)
+
+
+def _fail(error: BaseException, code: int) -> int:
+    """An error the user can act on: one line on stderr, and `code`; the traceback too with
+    RLVR_DEBUG=1."""
+    if os.environ.get("RLVR_DEBUG") == "1":
+        traceback.print_exception(error)
+    print(f"rlvr: {error}", file=sys.stderr)
+    return code
 
 
 if __name__ == "__main__":

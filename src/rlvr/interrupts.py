@@ -25,6 +25,20 @@ class NumericalFault(RuntimeError):
     """Too many updates in a row had non-finite gradients."""
 
 
+class ResumeRefused(ValueError):
+    """The run directory holds an earlier run this run cannot continue (no state of it loads,
+    or none was saved); the message says why and how to start fresh (`rlvr.checkpoint.resume`)."""
+
+
+class RunFinished(Exception):
+    """The run directory holds this run, finished: there is nothing to train."""
+
+
+class VerifierFault(RuntimeError):
+    """Every sample failed its verifier (an error or a time limit) in `rewards.max_failed_steps`
+    steps in a row: the run cannot learn; the message names the verifier and its first error."""
+
+
 class EngineUnavailable(RuntimeError):
     """No engine is left to generate with (every inference server dropped, or none reachable):
     a failure of the run, not of an episode; the trainer stops with its last good state."""

@@ -11,9 +11,9 @@ built (`rlvr.build`), still before any model loads: this package imports nothing
 rlvr, so every part can import its settings from here without a cycle. Each component
 receives only its own section. It knows no model, tensor or process group.
 
-Field names follow open-instruct's `grpo_fast.py` where it has one. One deliberate difference:
-`num_mini_batches` splits a step's batch into gradient-accumulation micro-steps of a single
-optimizer step (so the gradient does not depend on it); `num_epochs` gives several optimizer steps.
+Field names follow open-instruct's `grpo_fast.py` where it has one, with its meaning:
+`num_mini_batches` is optimizer steps per batch (one per mini-batch), `num_epochs` passes over
+the batch; gradient accumulation inside one step is `gradient_accumulation_steps`.
 """
 
 from rlvr.config.checks import validate, warnings_for

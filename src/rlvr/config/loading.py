@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
+import yaml
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from rlvr.config.checks import validate
@@ -25,7 +26,7 @@ def load_config(paths: str | Path | list[str | Path] | None,
     for source in [*paths, None]:
         try:
             if source is not None:
-                merged = OmegaConf.merge(merged, OmegaConf.load(source))
+                merged = OmegaConf.merge(merged, _read_yaml(source))
             elif overrides:
                 _check_override_syntax(overrides)
                 merged = OmegaConf.merge(merged, OmegaConf.from_dotlist(list(overrides)))
@@ -33,8 +34,6 @@ def load_config(paths: str | Path | list[str | Path] | None,
             where = f" in {source}" if source else " in the command-line overrides"
             raise ConfigError(f"config field '{getattr(e, 'full_key', None)}'{where}: "
                               f"{_first_line(e)}") from None
-        except FileNotFoundError:
-            raise ConfigError(f"config file {source} does not exist") from None
     try:
         cfg = OmegaConf.to_object(merged)
     except OmegaConfBaseException as e:
@@ -51,6 +50,31 @@ def to_yaml(cfg: Config) -> str:
 
 def to_dict(cfg: Config) -> dict[str, Any]:
     return OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True)  # type: ignore[return-value]
+
+
+def _read_yaml(path: str | Path) -> DictConfig:
+    """One config file as a mapping of sections; ConfigError in one line for a file that is
+    missing, a directory, unreadable, not UTF-8, not YAML, or YAML that is not a mapping."""
+    if Path(path).is_dir():
+        raise ConfigError(f"config file {path} is a directory; name a YAML file")
+    try:
+        loaded = OmegaConf.load(path)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except OSError as e:
+        raise ConfigError(f"config file {path} cannot be read: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"config file {path} is not UTF-8 text ({e.reason} at byte "
+                          f"{e.start})") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        problem = getattr(e, "problem", None) or _first_line(e)
+        raise ConfigError(f"config file {path} is not valid YAML: {problem}{where}") from None
+    if not isinstance(loaded, DictConfig):
+        raise ConfigError(f"config file {path} holds a list, not a mapping of sections "
+                          "(experiment:, model:, ...)")  # OmegaConf loads a dict or a list
+    return loaded
 
 
 def _check_override_syntax(overrides: list[str]) -> None:

@@ -11,7 +11,7 @@ from rlvr.data.builtin import BUILTIN_SOURCES
 from rlvr.data.errors import DataError, Example
 from rlvr.data.mixer import PromptMixer, split_holdout
 from rlvr.data.prompts import tokenize_examples
-from rlvr.data.readers import load_file_source
+from rlvr.data.readers import DEFAULT_MAX_ROW_BYTES, load_file_source
 from rlvr.data.templates import load_chat_template
 from rlvr.types import Prompt
 
@@ -45,12 +45,13 @@ class DataBundle:
 
 
 def load_source(src: DataSourceConfig, seed: int, on_bad_row: str = "error",
-                split: str | None = None) -> tuple[list[Example], int]:
+                split: str | None = None, max_row_bytes: int = DEFAULT_MAX_ROW_BYTES
+                ) -> tuple[list[Example], int]:
     """Examples of one source and the number of bad rows skipped."""
     if src.name in BUILTIN_SOURCES:
         examples = BUILTIN_SOURCES[src.name](split or src.split, seed)
         return examples[:src.max_rows] if src.max_rows else examples, 0
-    return load_file_source(src, on_bad_row)
+    return load_file_source(src, on_bad_row, max_row_bytes)
 
 
 def _remap(examples: list[Example], remap: dict[str, str]) -> list[Example]:
@@ -76,9 +77,15 @@ def load_datasets(cfg: DataConfig, seed: int,
     train, evals = [], []
     for sources, out in ((cfg.train, train), (cfg.eval, evals)):
         for src in sources:
-            examples, n_bad = load_source(src, seed, cfg.on_bad_row)
+            examples, n_bad = load_source(src, seed, cfg.on_bad_row,
+                                          max_row_bytes=cfg.max_row_bytes)
             out.append((src, _remap(examples, remap)))
             bad += n_bad
+    for src, examples in train + evals:  # an empty source is a mistake, not a quiet no-op
+        if not examples:
+            skipped = (" (every row was bad and skipped: data.on_bad_row=skip)"
+                       if cfg.on_bad_row == "skip" else "")
+            raise DataError(src.name, None, None, f"holds no rows{skipped}")
     return LoadedData(train=train, eval=evals, num_bad_rows=bad)
 
 
@@ -102,9 +109,18 @@ def tokenize_datasets(loaded: LoadedData, cfg: DataConfig, tokenizer, seed: int)
     if not loaded.eval and cfg.eval_holdout > 0:
         # Hold out from the first source: the task the run is about.
         name, prompts, weight = train[0]
+        if cfg.eval_holdout >= len(prompts):
+            raise DataError(name, None, None, f"data.eval_holdout={cfg.eval_holdout} holds out "
+                            f"all {len(prompts)} of its prompts (the first training source "
+                            "gives the eval set when data.eval is empty), leaving none to train "
+                            "on; lower data.eval_holdout or name data.eval sets")
         kept, held = split_holdout(prompts, cfg.eval_holdout, seed)
         train[0] = (name, kept, weight)
         eval_sets.append(EvalSet(loaded.train[0][0].display_name, held))
+    if not any(prompts for _, prompts, _ in train):
+        raise DataError(", ".join(name for name, _, _ in train), None, None,
+                        f"every prompt is longer than data.max_prompt_length="
+                        f"{cfg.max_prompt_length} tokens ({dropped} dropped); raise it")
     return DataBundle(train=PromptMixer(train, seed, cfg.shuffle), eval_sets=eval_sets,
                       num_dropped_too_long=dropped, num_bad_rows=loaded.num_bad_rows,
                       train_sizes={name: len(p) for name, p, _ in train})

@@ -1,7 +1,9 @@
 """Rows from JSONL, Parquet or a `datasets` directory into `Example`s, with field mapping.
 
 Each row is validated where it is read, so a bad row is reported with its file, row and field,
-and either stops the run (`on_bad_row=error`) or is skipped and counted (`skip`).
+and either stops the run (`on_bad_row=error`) or is skipped and counted (`skip`). A row longer
+than `data.max_row_bytes` is a bad row found before it is parsed: a JSONL line is read in
+bounded pieces and skipped to its end, never held whole.
 """
 
 from __future__ import annotations
@@ -17,10 +19,42 @@ from rlvr.data.errors import DataError, Example
 log = logging.getLogger(__name__)
 
 
-def iter_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
+DEFAULT_MAX_ROW_BYTES = 4_000_000  # `data.max_row_bytes`'s default
+_SKIP_CHUNK = 1 << 20  # the piece an over-long line is skipped by
+
+
+def _too_long(source: str, row: int, size: str, max_row_bytes: int) -> DataError:
+    return DataError(source, row, None, f"the row holds {size} bytes, over data.max_row_bytes="
+                                        f"{max_row_bytes}; raise it if such rows are meant")
+
+
+def _lines(f: Any, max_row_bytes: int) -> Iterator[bytes | int]:
+    """Each line of the binary file `f`, or for a line over `max_row_bytes` its length,
+    counted while it is skipped in bounded pieces."""
+    while True:
+        raw = f.readline(max_row_bytes + 1)
+        if not raw:
+            return
+        if len(raw) <= max_row_bytes or raw.endswith(b"\n"):  # its newline is no content
+            yield raw
+            continue
+        size = len(raw)
+        while not raw.endswith(b"\n"):
+            raw = f.readline(_SKIP_CHUNK)
+            if not raw:
+                break
+            size += len(raw)
+        yield size
+
+
+def iter_jsonl(path: Path, max_row_bytes: int = DEFAULT_MAX_ROW_BYTES
+               ) -> Iterator[tuple[int, Any]]:
     """(row index, parsed object or a DataError for that row)."""
     with open(path, "rb") as f:
-        for row, raw in enumerate(f):
+        for row, raw in enumerate(_lines(f, max_row_bytes)):
+            if isinstance(raw, int):
+                yield row, _too_long(str(path), row, f"{raw:,}", max_row_bytes)
+                continue
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as e:
@@ -35,13 +69,41 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
                 yield row, DataError(str(path), row, None, f"invalid JSON: {e.msg}")
 
 
-def iter_parquet(path: Path) -> Iterator[tuple[int, Any]]:
+def iter_parquet(path: Path, max_row_bytes: int = DEFAULT_MAX_ROW_BYTES
+                 ) -> Iterator[tuple[int, Any]]:
     import pyarrow.parquet as pq
 
-    yield from enumerate(pq.read_table(path).to_pylist())
+    yield from _bounded(enumerate(pq.read_table(path).to_pylist()), str(path), max_row_bytes)
 
 
-def iter_datasets(name: str, split: str) -> Iterator[tuple[int, Any]]:
+def _bounded(rows: Iterator[tuple[int, Any]], source: str, max_row_bytes: int
+             ) -> Iterator[tuple[int, Any]]:
+    """Rows of a columnar source, one over `max_row_bytes` (its text and bytes values counted)
+    replaced by a DataError."""
+    for row, value in rows:
+        size = _value_bytes(value, max_row_bytes)
+        yield row, (_too_long(source, row, f"over {size - 1:,}", max_row_bytes)
+                    if size > max_row_bytes else value)
+
+
+def _value_bytes(value: Any, limit: int) -> int:
+    """About the bytes a row's values hold (strings by characters), counted up to `limit + 1`."""
+    total, stack = 0, [value]
+    while stack and total <= limit:
+        item = stack.pop()
+        if isinstance(item, (str, bytes)):
+            total += len(item)
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+        else:
+            total += 8
+    return min(total, limit + 1)
+
+
+def iter_datasets(name: str, split: str, max_row_bytes: int = DEFAULT_MAX_ROW_BYTES
+                  ) -> Iterator[tuple[int, Any]]:
     try:
         import datasets
     except ImportError as e:
@@ -52,7 +114,7 @@ def iter_datasets(name: str, split: str) -> Iterator[tuple[int, Any]]:
         data = datasets.load_from_disk(name)
         if isinstance(data, datasets.DatasetDict):
             data = data[split]
-    yield from enumerate(data)
+    yield from _bounded(enumerate(data), name, max_row_bytes)
 
 
 def _messages(row: dict, src: DataSourceConfig, where: tuple[str, int]) -> tuple[dict, ...]:
@@ -91,17 +153,19 @@ def _ground_truth(row: dict, src: DataSourceConfig, where: tuple[str, int]) -> s
 
 def _verifiers(row: dict, src: DataSourceConfig, where: tuple[str, int]) -> tuple[str, ...]:
     from rlvr.rewards import is_known_verifier
+    from rlvr.rewards.registry import canonical_name
 
     value = row.get(src.verifier_field, src.verifier)
     if value is None:
         raise DataError(*where, src.verifier_field, "missing, and the source sets no verifier")
-    names = (value,) if isinstance(value, str) else tuple(value)
+    names = (value,) if isinstance(value, str) else tuple(value) if isinstance(value, list) else ()
     if not names or not all(isinstance(n, str) for n in names):
-        raise DataError(*where, src.verifier_field, "expected a verifier name or list of names")
+        raise DataError(*where, src.verifier_field, f"expected a verifier name or list of names, "
+                                                    f"got {value!r:.80}")
     for n in names:
         if not is_known_verifier(n):
             raise DataError(*where, src.verifier_field, f"unknown verifier '{n}'")
-    return names
+    return tuple(canonical_name(n) for n in names)  # "GSM8K" is stored as "gsm8k"
 
 
 def row_to_example(row: Any, src: DataSourceConfig, source: str, index: int) -> Example:
@@ -160,24 +224,26 @@ def _check_ground_truth(example: Example, src: DataSourceConfig, where: tuple[st
                             f"the '{name}' verifier cannot use it: {e}") from None
 
 
-def read_rows(src: DataSourceConfig) -> Iterator[tuple[int, Any]]:
+def read_rows(src: DataSourceConfig, max_row_bytes: int = DEFAULT_MAX_ROW_BYTES
+              ) -> Iterator[tuple[int, Any]]:
     path = Path(src.name)
     if src.name.startswith("hf:") or path.is_dir():
-        return iter_datasets(src.name, src.split)
+        return iter_datasets(src.name, src.split, max_row_bytes)
     if not path.exists():
         raise DataError(src.name, None, None, "no such file, directory or built-in dataset")
     if path.suffix in (".jsonl", ".json"):
-        return iter_jsonl(path)
+        return iter_jsonl(path, max_row_bytes)
     if path.suffix == ".parquet":
-        return iter_parquet(path)
+        return iter_parquet(path, max_row_bytes)
     raise DataError(src.name, None, None, "unknown format (use .jsonl, .parquet or a "
                                           "`datasets` directory)")
 
 
-def load_file_source(src: DataSourceConfig, on_bad_row: str) -> tuple[list[Example], int]:
+def load_file_source(src: DataSourceConfig, on_bad_row: str,
+                     max_row_bytes: int = DEFAULT_MAX_ROW_BYTES) -> tuple[list[Example], int]:
     examples: list[Example] = []
     bad = 0
-    for index, row in read_rows(src):
+    for index, row in read_rows(src, max_row_bytes):
         if src.max_rows is not None and len(examples) >= src.max_rows:
             break
         try:

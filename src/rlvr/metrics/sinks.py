@@ -6,6 +6,7 @@ nothing about training.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import sys
@@ -53,8 +54,15 @@ class JsonlSink:
         path = Path(path)
         if not path.exists():
             return
-        kept = [line for line in path.read_text(encoding="utf-8").splitlines(keepends=True)
-                if line.endswith("\n") and json.loads(line)["training_step"] <= step]
+        kept = []
+        for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace")
+                                      .splitlines(keepends=True), 1):
+            try:
+                if line.endswith("\n") and json.loads(line)["training_step"] <= step:
+                    kept.append(line)
+            except (ValueError, KeyError, TypeError):  # torn by a crash, or not a record
+                logging.getLogger(__name__).warning(
+                    "%s line %d is not a metrics record; dropped", path, number)
         write_text_atomic(path, "".join(kept))
 
 

@@ -48,8 +48,11 @@ class EngineSettings:
     # Not rollout fields; set by `rlvr.settings.engine_settings`. `device`: "cuda" | "cpu" as the
     # driver resolved `model.device` ("auto": the engine's process decides from what it
     # sees). `weight_update_dir`: where disk updates are written (<output_dir>/weight_updates).
+    # `server_key_file`: the run's server key (<output_dir>/server.key), if the environment
+    # names none (rlvr.serving.auth).
     device: str = "auto"
     weight_update_dir: str = ""
+    server_key_file: str = ""
     weight_update_timeout_s: float = 600.0
 
 

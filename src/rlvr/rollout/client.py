@@ -43,6 +43,7 @@ current_episode: contextvars.ContextVar[int | None] = contextvars.ContextVar(
 # each episode's own seed from it, the seed a batch engine derives from the same position.
 episode_position: contextvars.ContextVar[int | None] = contextvars.ContextVar(
     "rlvr_episode_position", default=None)
+_NONE = -1  # an unknown position or sample in a request's order key: sorts first
 
 
 class BatchCallFailed(RuntimeError):
@@ -242,7 +243,17 @@ class Coalescer:
 
 class EngineClient:
     """The async face of any engine: `await generate(prompt_ids, params)` -> `params.n`
-    completions of one prompt. A batch engine's calls run on `executor` (see `Coalescer`)."""
+    completions of one prompt. A batch engine's calls run on `executor` (see `Coalescer`).
+
+    Seeds. A request is known by its episode's prompt position and, for a later turn of one
+    sample of the group, that sample's index (`sample`). An engine that schedules requests
+    itself gets a seed per (params.seed, position, sample), so every sample of every prompt
+    draws its own stream and a resumed run draws the same ones. A batch engine seeds the i-th
+    prompt of a `generate` call from (params.seed, i) (`rlvr.rollout.vllm_engine`), so a call's
+    requests are put in (position, sample) order, not in the order they arrived (which a tool's
+    running time decides); a call of later turns takes its seed from its first request, so two
+    calls that share a turn's seed (sent apart, or with different `max_tokens`) still draw
+    different streams."""
 
     def __init__(self, engine: RolloutEngine, tracker: EpisodeTracker | None = None,
                  max_wait_s: float = 1.0, executor: Executor | None = None):
@@ -252,25 +263,41 @@ class EngineClient:
         self._coalescer = None if self._native else Coalescer(
             self._generate_batch, self.tracker, "engine", max_wait_s, executor)
 
-    async def generate(self, prompt_ids: Sequence[int], params: SamplingParams
-                       ) -> list[Completion]:
+    async def generate(self, prompt_ids: Sequence[int], params: SamplingParams,
+                       sample: int | None = None) -> list[Completion]:
+        """`sample`: which of the group's samples this request continues (None: a request for
+        the whole group, such as the first turn)."""
+        position = episode_position.get()
         if self._native:  # the engine batches; the tracker still counts the wait (for the
             episode = current_episode.get()  # scorer's coalescer, which asks who is waiting)
-            position = episode_position.get()
             if params.seed is not None and position is not None:
-                params = replace(params, seed=derive_seed(params.seed, prompt=position))
+                where = {"prompt": position} if sample is None else {"prompt": position,
+                                                                    "sample": sample}
+                params = replace(params, seed=derive_seed(params.seed, **where))
             self.tracker.wait(episode, +1)
             try:
                 return await self.engine.agenerate(list(prompt_ids), params)  # type: ignore[attr-defined]
             finally:
                 self.tracker.wait(episode, -1)
-        return await self._coalescer.submit(params, list(prompt_ids))
+        order = (_NONE if position is None else position, _NONE if sample is None else sample)
+        return await self._coalescer.submit(params, (order, list(prompt_ids)))
 
     def close(self) -> None:
         """Stops the batching thread; the engine is its builder's to close."""
         if self._coalescer is not None:
             self._coalescer.close()
 
-    def _generate_batch(self, params: SamplingParams, prompts: list[list[int]]
+    def _generate_batch(self, params: SamplingParams,
+                        requests: list[tuple[tuple[int, int], list[int]]]
                         ) -> list[list[Completion]]:
-        return self.engine.generate(prompts, params)
+        # Stable: requests made outside episodes keep their order of arrival.
+        order = sorted(range(len(requests)), key=lambda i: requests[i][0])
+        (position, sample), _ = requests[order[0]]
+        if params.seed is not None and sample != _NONE:
+            params = replace(params, seed=derive_seed(params.seed, prompt=position,
+                                                      sample=sample))
+        results = self.engine.generate([requests[i][1] for i in order], params)
+        out: list[list[Completion]] = [[] for _ in requests]
+        for i, result in zip(order, results):
+            out[i] = result
+        return out

@@ -1,0 +1,85 @@
+"""Where a run starts: fresh, from its latest good training state, or not at all.
+
+`plan_resume` decides before any model loads or any file is written. A run never starts over
+silently in a directory that holds an earlier run:
+- states exist but none verifies and loads: `ResumeRefused`, naming each state and what is
+  wrong, and the fix (`checkpoint.resume=false` starts fresh, in a new output directory or
+  after moving the old one);
+- the earlier run is finished (its last state is of the last step, or without states its
+  metrics reached the last step or its final model is there): `RunFinished`, which says so;
+- an earlier run's metrics but no state to resume (`checkpoint.checkpoint_state_freq=0` saves
+  none): `ResumeRefused` as well, since starting at step 0 would append to its metrics and
+  replace its final model.
+What it is not: reading the state's tensors into a learner (`rlvr.trainer.restore_state`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+from rlvr.checkpoint.state import TrainingState, find_latest_state
+from rlvr.interrupts import ResumeRefused, RunFinished
+
+log = logging.getLogger(__name__)
+
+
+def _fresh_start(output_dir: Path) -> str:
+    return (f"checkpoint.resume=false starts fresh: with a new experiment.output_dir, or after "
+            f"moving {output_dir} away")
+
+
+def plan_resume(output_dir: Path, state_dir: Path, resume: bool, num_training_steps: int,
+                saves_final: bool = True) -> TrainingState | None:
+    """The state to continue from (None: start at step 0), or ResumeRefused / RunFinished.
+    `saves_final`: the run ends by writing `final/`, so a last state without it is resumed
+    (the crash came between the two), not called finished."""
+    if not resume:
+        return None
+    state, rejected = find_latest_state(state_dir)
+    if state is not None:
+        if state.step >= num_training_steps and not (saves_final
+                                                     and not (output_dir / "final").is_dir()):
+            raise RunFinished(f"the run in {output_dir} is finished: its training state is of "
+                              f"step {state.step} of {num_training_steps}. To train further, "
+                              "raise experiment.total_episodes; to train again, use a new "
+                              "experiment.output_dir")
+        return state
+    if rejected:
+        listed = "; ".join(f"{path.name}: {problem}" for path, problem in rejected)
+        raise ResumeRefused(f"no training state in {state_dir} can be resumed ({listed}). "
+                            f"{_fresh_start(output_dir)}")
+    last = last_logged_step(output_dir / "metrics.jsonl")
+    final = output_dir / "final"
+    evidence = ", ".join(filter(None, [f"its metrics reach step {last}" if last else "",
+                                       f"its model is in {final}" if final.is_dir() else ""]))
+    if (last is not None and last >= num_training_steps) or (last is None and final.is_dir()):
+        raise RunFinished(f"the run in {output_dir} is finished ({evidence}). To train again, "
+                          "use a new experiment.output_dir")
+    if final.is_dir() or (last is not None and last > 0):
+        raise ResumeRefused(f"{output_dir} holds an earlier run ({evidence}) and no training "
+                            f"state to continue it to step {num_training_steps} from "
+                            f"(checkpoint.checkpoint_state_freq=0 saves none); starting at step "
+                            f"0 would mix the two. {_fresh_start(output_dir)}")
+    return None
+
+
+def last_logged_step(path: Path) -> int | None:
+    """The highest `training_step` among the whole lines of a metrics JSONL file (None: no
+    file or no step); a line that is not a JSON record (torn by a crash) is skipped with a
+    warning."""
+    if not path.is_file():
+        return None
+    last = None
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, 1):
+            try:
+                step = json.loads(raw)["training_step"]
+            except (ValueError, KeyError, TypeError):
+                if raw.endswith(b"\n"):  # a torn last line is expected after a crash
+                    log.warning("%s line %d is not a metrics record; skipped", path, number)
+                continue
+            if isinstance(step, int):
+                last = step if last is None else max(last, step)
+    return last

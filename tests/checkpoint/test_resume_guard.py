@@ -1,0 +1,236 @@
+"""Resume never starts over silently, and a state directory is data, never code.
+
+- States that exist but none of which loads stop the run, naming each and the fix; a finished
+  run rerun says it is finished; an earlier run without states is not appended to.
+- Stray `step_*` entries, manifests that are not mappings and torn metrics lines are skipped
+  with a warning.
+- A crafted pickle in a state (with a checksum to match: whoever writes the directory writes
+  the manifest too) is refused and never executed, in the full and the sharded format."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pickle
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from rlvr.checkpoint.state import (MANIFEST, TrainingState, capture_rng, load_latest_state,
+                                   list_states, restore_rng, save_state, verify_state)
+
+
+def _state(step: int) -> TrainingState:
+    model = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+    model(torch.ones(1, 3)).sum().backward()
+    optimizer.step()
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0)
+    return TrainingState(step=step, episode=16 * step, mixer={"positions": [step]},
+                         policy=dict(model.state_dict()), reference=None,
+                         optimizer=optimizer.state_dict(), scheduler=scheduler.state_dict(),
+                         rng=capture_rng(), policy_version=step)
+
+
+def _rewrite_manifest(path):
+    """What an attacker who writes the state directory does: checksums that match."""
+    files = sorted(p.relative_to(path).as_posix() for p in path.rglob("*")
+                   if p.is_file() and p.name != MANIFEST)
+    manifest = {name: hashlib.sha256((path / name).read_bytes()).hexdigest() for name in files}
+    (path / MANIFEST).write_text(json.dumps(manifest))
+
+
+class _Payload:
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+# ---- a state is data --------------------------------------------------------------------------
+
+def test_a_state_round_trips_as_data(tmp_path):
+    saved = _state(3)
+    save_state(saved, tmp_path)
+    random.random(), np.random.rand(), torch.rand(1)  # move every RNG on
+    loaded = load_latest_state(tmp_path)
+    assert loaded.step == 3 and loaded.mixer == {"positions": [3]}
+    restore_rng(loaded.rng)
+    after = (random.random(), float(np.random.rand()), float(torch.rand(1)))
+    restore_rng(saved.rng)
+    assert after == (random.random(), float(np.random.rand()), float(torch.rand(1)))
+    assert torch.equal(loaded.optimizer["state"][0]["exp_avg"],
+                       saved.optimizer["state"][0]["exp_avg"])
+
+
+def test_a_state_from_before_holding_numpy_arrays_still_loads(tmp_path):
+    save_state(_state(2), tmp_path)
+    path = list_states(tmp_path)[-1]
+    trainer = torch.load(path / "trainer.pt", weights_only=False)  # our own file, trusted here
+    trainer["rng"]["numpy"] = np.random.get_state()  # as rlvr wrote it before
+    torch.save(trainer, path / "trainer.pt")
+    _rewrite_manifest(path)
+    state = load_latest_state(tmp_path)
+    assert state.step == 2
+    restore_rng(state.rng)
+
+
+def test_a_crafted_pickle_in_a_state_is_refused_and_never_run(tmp_path, caplog):
+    marker = tmp_path / "pwned"
+    save_state(_state(1), tmp_path / "state")
+    save_state(_state(2), tmp_path / "state")
+    newest = list_states(tmp_path / "state")[-1]
+    torch.save({"optimizer": {}, "scheduler": {}, "rng": _Payload(marker), "mixer": {}},
+               newest / "trainer.pt")
+    _rewrite_manifest(newest)
+    assert verify_state(newest) is None  # the checksums match: only loading as data saves us
+    state = load_latest_state(tmp_path / "state")
+    assert not marker.exists(), "a state file ran code"
+    assert state.step == 1  # the crafted state skipped for the one before
+    assert "trainer.pt is not plain data" in caplog.text and "posix.system" in caplog.text
+
+
+def test_a_crafted_sharded_index_is_refused_and_never_run(tmp_path):
+    from rlvr.checkpoint.safe_load import UnsafeStateFile
+    from rlvr.checkpoint.sharded import load_sharded, save_sharded
+
+    marker = tmp_path / "pwned"
+    model = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.AdamW(model.parameters())
+    save_sharded(tmp_path / "learner", model, optimizer, None, {"step": 1})
+    load_sharded(tmp_path / "learner", model, optimizer, None)  # the genuine index loads
+    index = tmp_path / "learner" / ".metadata"
+    genuine = index.read_bytes()
+    index.write_bytes(pickle.dumps(_Payload(marker)))
+    with pytest.raises(UnsafeStateFile, match="not a plain checkpoint index"):
+        load_sharded(tmp_path / "learner", model, optimizer, None)
+    index.write_bytes(genuine)
+    torch.save({"extra": _Payload(marker), "optimizer_fresh": True, "has_reference": False},
+               tmp_path / "learner" / "extra.pt")
+    with pytest.raises(UnsafeStateFile, match="extra.pt is not plain data"):
+        load_sharded(tmp_path / "learner", model, optimizer, None)
+    assert not marker.exists(), "a sharded state file ran code"
+
+
+# ---- odd entries are skipped ------------------------------------------------------------------
+
+def test_stray_step_entries_are_skipped_with_a_warning(tmp_path, caplog):
+    save_state(_state(2), tmp_path)
+    (tmp_path / "step_000002.bak").mkdir()
+    (tmp_path / "step_notes").write_text("a file")
+    (tmp_path / "step_").mkdir()
+    assert load_latest_state(tmp_path).step == 2
+    assert "step_000002.bak is not a training state" in caplog.text
+    assert "step_notes is not a training state" in caplog.text
+
+
+def test_a_manifest_that_is_not_a_mapping_is_a_damaged_state(tmp_path, caplog):
+    save_state(_state(1), tmp_path)
+    save_state(_state(2), tmp_path)
+    newest = list_states(tmp_path)[-1]
+    for text in ("[1, 2]", '{"trainer.pt": 3}', '{"../../etc/passwd": "00"}'):
+        (newest / MANIFEST).write_text(text)
+        assert verify_state(newest) is not None
+        assert load_latest_state(tmp_path).step == 1
+    assert "cannot be used" in caplog.text
+
+
+def test_a_torn_line_in_the_middle_of_the_metrics_is_dropped_with_a_warning(tmp_path, caplog):
+    from rlvr.metrics.sinks import JsonlSink
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"training_step": 0}\n{"training_step": 1, "x"\n{"training_step": 2}\n'
+                    '{"training_step": 3}\n')
+    JsonlSink.truncate_after(path, 2)
+    assert path.read_text() == '{"training_step": 0}\n{"training_step": 2}\n'
+    assert "line 2 is not a metrics record" in caplog.text
+
+
+# ---- resume never starts over -----------------------------------------------------------------
+
+def _plan(tmp_path, steps=6):
+    from rlvr.checkpoint.resume import plan_resume
+
+    return plan_resume(tmp_path, tmp_path / "state", True, steps)
+
+
+def test_states_that_all_fail_stop_the_run_naming_them_and_the_fix(tmp_path):
+    from rlvr.interrupts import ResumeRefused
+
+    for step in (1, 2):
+        save_state(_state(step), tmp_path / "state")
+    for path in list_states(tmp_path / "state"):
+        (path / "trainer.pt").write_bytes(b"torn")
+    with pytest.raises(ResumeRefused) as refused:
+        _plan(tmp_path)
+    message = str(refused.value)
+    assert "step_000001: trainer.pt does not match its checksum" in message
+    assert "step_000002" in message and "checkpoint.resume=false starts fresh" in message
+    assert "new experiment.output_dir" in message
+
+
+def test_a_finished_run_rerun_says_it_is_finished(tmp_path):
+    from rlvr.interrupts import RunFinished
+
+    save_state(_state(6), tmp_path / "state")
+    assert _plan(tmp_path).step == 6  # no final model yet: resumed, to write it
+    (tmp_path / "final").mkdir()
+    with pytest.raises(RunFinished, match="is finished: its training state is of step 6 of 6"):
+        _plan(tmp_path)
+    assert _plan(tmp_path, steps=8).step == 6  # more steps asked: it continues
+
+
+def test_a_finished_run_without_states_says_it_is_finished(tmp_path):
+    from rlvr.interrupts import RunFinished
+
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps({"training_step": s}) + "\n"
+                                                    for s in range(7)))
+    with pytest.raises(RunFinished, match="its metrics reach step 6"):
+        _plan(tmp_path)
+    (tmp_path / "metrics.jsonl").unlink()
+    (tmp_path / "final").mkdir()
+    with pytest.raises(RunFinished, match="its model is in"):
+        _plan(tmp_path)
+
+
+def test_an_earlier_run_without_states_is_not_started_over(tmp_path):
+    from rlvr.interrupts import ResumeRefused
+
+    (tmp_path / "metrics.jsonl").write_text('{"training_step": 0}\n{"training_step": 2}\n')
+    with pytest.raises(ResumeRefused, match="its metrics reach step 2.*continue it to step 6"):
+        _plan(tmp_path)
+    from rlvr.checkpoint.resume import plan_resume
+
+    assert plan_resume(tmp_path, tmp_path / "state", False, 6) is None  # resume=false: fresh
+    (tmp_path / "metrics.jsonl").write_text('{"training_step": 0}\n')
+    assert _plan(tmp_path) is None  # nothing trained yet: starting over loses nothing
+    (tmp_path / "final").mkdir()  # a finished shorter run, more steps asked, no state
+    with pytest.raises(ResumeRefused, match="its model is in .*continue it to step 6"):
+        _plan(tmp_path)
+
+
+def test_rlvr_train_refuses_unusable_states_in_one_line_before_loading_the_model(tmp_path,
+                                                                               capsys):
+    from rlvr.cli import main
+
+    save_state(_state(2), tmp_path / "run" / "state")
+    (list_states(tmp_path / "run" / "state")[-1] / MANIFEST).write_text("[]")
+    (tmp_path / "run" / "config.yaml").write_text("# earlier\n")
+    code = main(["train", "model.name_or_path=tiny-llama", "rollout.engine=transformers",
+                 "data.max_prompt_length=128", "algorithm.pack_length=256",
+                 f"experiment.output_dir={tmp_path / 'run'}"])
+    err = capsys.readouterr().err
+    assert code == 2 and "no training state in" in err and "step_000002" in err, err
+    assert "Traceback" not in err
+    assert (tmp_path / "run" / "config.yaml").read_text() == "# earlier\n"
+    (tmp_path / "run" / "final").mkdir()
+    for path in list_states(tmp_path / "run" / "state"):
+        os.rename(path, tmp_path / path.name)
+    assert main(["train", "model.name_or_path=tiny-llama", "rollout.engine=transformers",
+                 "data.max_prompt_length=128", "algorithm.pack_length=256",
+                 f"experiment.output_dir={tmp_path / 'run'}"]) == 0
+    assert "is finished" in capsys.readouterr().out

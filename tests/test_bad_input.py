@@ -1,0 +1,196 @@
+"""Bad input ends in one line on stderr and exit status 2, before any model loads and before
+any file of the run directory is written; RLVR_DEBUG=1 adds the traceback. Each case is a row
+of the bad-input table in docs/faults.md."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from rlvr.cli import main
+
+# The smallest run (configs/tiny.yaml's essentials, kept here so these cases do not move with it).
+TINY_YAML = """\
+model: {name_or_path: tiny-llama}
+data: {train: [{name: addition}], eval_holdout: 8, max_prompt_length: 128}
+rollout: {engine: transformers, num_unique_prompts_rollout: 4, num_samples_per_prompt_rollout: 4,
+          response_length: 16}
+experiment: {total_episodes: 48}
+algorithm: {pack_length: 256}
+logging: {progress_bar: false}
+"""
+
+
+@pytest.fixture
+def TINY(tmp_path):
+    path = tmp_path / "tiny.yaml"
+    path.write_text(TINY_YAML)
+    return str(path)
+
+
+def _rows(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _addition_rows(n):
+    return [{"prompt": f"{i} + 1?", "ground_truth": str(i + 1), "dataset": "last_number"}
+            for i in range(n)]
+
+
+def _fails(capsys, args, *expected, code=2):
+    """`rlvr ARGS` exits `code` with one line on stderr holding every `expected` text."""
+    assert main(args) == code
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("rlvr: ")]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    for text in expected:
+        assert text in lines[0], lines[0]
+    return lines[0]
+
+
+def test_a_yaml_syntax_error_names_the_file_and_line(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("optimizer:\n  learning_rate: [1\n")
+    _fails(capsys, ["config", str(bad)], f"config file {bad} is not valid YAML", "line 3")
+
+
+def test_a_top_level_list_is_not_a_config(tmp_path, capsys):
+    listed = tmp_path / "list.yaml"
+    listed.write_text("- optimizer\n- model\n")
+    _fails(capsys, ["train", str(listed)], f"config file {listed} holds a list")
+
+
+def test_a_directory_is_not_a_config(tmp_path, capsys):
+    _fails(capsys, ["train", str(tmp_path)], f"config file {tmp_path} is a directory")
+
+
+def test_rlvr_debug_adds_the_traceback(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("RLVR_DEBUG", "1")
+    assert main(["config", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" in err and f"rlvr: config file {tmp_path} is a directory" in err
+
+
+def test_a_verifier_field_that_is_a_number_names_the_row(tmp_path, capsys, TINY):
+    data = _rows(tmp_path / "rows.jsonl", _addition_rows(40) + [
+        {"prompt": "2 + 2?", "ground_truth": "4", "dataset": 7}])
+    _fails(capsys, ["train", TINY, f"data.train=[{{name: {data}}}]",
+                    f"experiment.output_dir={tmp_path / 'run'}"],
+           f"{data} row 40 field 'dataset'", "expected a verifier name or list of names, got 7")
+
+
+def test_an_empty_dataset_names_the_file(tmp_path, capsys, TINY):
+    data = tmp_path / "empty.jsonl"
+    data.write_text("")
+    _fails(capsys, ["train", TINY, f"data.train=[{{name: {data}}}]",
+                    f"experiment.output_dir={tmp_path / 'run'}"], f"{data}: holds no rows")
+
+
+def test_a_holdout_that_takes_every_row_names_the_file_and_the_holdout(tmp_path, capsys, TINY):
+    data = _rows(tmp_path / "few.jsonl", _addition_rows(5))
+    _fails(capsys, ["train", TINY, f"data.train=[{{name: {data}}}]", "data.eval_holdout=8",
+                    f"experiment.output_dir={tmp_path / 'run'}"],
+           f"{data}: data.eval_holdout=8 holds out all 5", "lower data.eval_holdout")
+
+
+def test_an_oversized_row_is_refused_before_it_is_parsed(tmp_path, capsys, TINY):
+    data = tmp_path / "big.jsonl"
+    with open(data, "w") as f:
+        f.write(json.dumps({"prompt": "x " * 1_000_000, "ground_truth": "1",
+                            "dataset": "last_number"}) + "\n")
+        f.writelines(json.dumps(r) + "\n" for r in _addition_rows(40))
+    start = time.perf_counter()
+    _fails(capsys, ["train", TINY, f"data.train=[{{name: {data}}}]", "data.max_row_bytes=100000",
+                    f"experiment.output_dir={tmp_path / 'run'}"],
+           f"{data} row 0", "over data.max_row_bytes=100000")
+    assert time.perf_counter() - start < 30  # no model loaded, the row never parsed
+
+
+def test_a_20_mb_row_is_skipped_in_bounded_pieces(tmp_path):
+    """The default bound refuses a 20 MB line without holding it, fast (it once cost 60 s and
+    4.5 GB before being dropped as too long)."""
+    import tracemalloc
+
+    from rlvr.data.readers import iter_jsonl
+
+    data = tmp_path / "huge.jsonl"
+    with open(data, "w") as f:
+        f.write('{"prompt": "' + "y" * 20_000_000 + '"}\n{"prompt": "ok"}\n')
+    start = time.perf_counter()
+    tracemalloc.start()
+    rows = list(iter_jsonl(data))
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert time.perf_counter() - start < 5
+    assert peak < 12_000_000  # bounded pieces, never the whole line
+    assert "20,000,015 bytes, over data.max_row_bytes=4000000" in str(rows[0][1])
+    assert rows[1] == (1, {"prompt": "ok"})
+
+
+def test_a_misspelt_custom_verifier_fails_before_the_model_loads(tmp_path, capsys, TINY):
+    rows = [dict(r, dataset="no_such_module_xyz:score") for r in _addition_rows(40)]
+    data = _rows(tmp_path / "rows.jsonl", rows)
+    _fails(capsys, ["train", TINY, f"data.train=[{{name: {data}}}]",
+                    f"experiment.output_dir={tmp_path / 'run'}"],
+           "verifier 'no_such_module_xyz:score'", str(data), "ModuleNotFoundError")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_custom_verifier_with_the_wrong_signature_fails_at_start(tmp_path, capsys, TINY,
+                                                                   monkeypatch):
+    (tmp_path / "my_verifiers_sig.py").write_text("def one_arg(text):\n    return 1.0\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    rows = [dict(r, dataset="my_verifiers_sig:one_arg") for r in _addition_rows(40)]
+    data = _rows(tmp_path / "rows.jsonl", rows)
+    _fails(capsys, ["train", TINY, f"data.train=[{{name: {data}}}]",
+                    f"experiment.output_dir={tmp_path / 'run'}"],
+           "verifier 'my_verifiers_sig:one_arg'", "cannot be called as fn(completion, "
+                                                  "ground_truth)")
+
+
+def test_a_constant_denominator_with_a_sequence_mean_loss_is_refused(capsys, TINY):
+    for loss in ("grpo", "gspo"):
+        _fails(capsys, ["config", TINY, f"algorithm.loss_fn={loss}",
+                        "algorithm.loss_denominator=512"],
+               f"algorithm.loss_denominator=512.0 with algorithm.loss_fn={loss}",
+               "neither GRPO nor Dr.GRPO", "algorithm.loss_fn=dapo")
+    assert main(["config", TINY, "algorithm.loss_fn=dapo", "algorithm.loss_denominator=512"]) == 0
+    assert main(["config", TINY, "algorithm.loss_fn=grpo"]) == 0
+
+
+def test_a_run_that_fails_its_checks_leaves_the_existing_run_alone(tmp_path, capsys, TINY):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "config.yaml").write_text("# the earlier run's config\n")
+    data = _rows(tmp_path / "rows.jsonl", _addition_rows(40) + [{"prompt": "no truth"}])
+    _fails(capsys, ["train", TINY, f"data.train=[{{name: {data}}}]",
+                    f"experiment.output_dir={run_dir}"], f"{data} row 40")
+    assert (run_dir / "config.yaml").read_text() == "# the earlier run's config\n"
+    assert sorted(p.name for p in run_dir.iterdir()) == ["config.yaml"]
+
+
+@pytest.mark.parametrize("override, message", [
+    ("optimizer.max_grad_norm=-1", "optimizer.max_grad_norm=-1.0 must be > 0"),
+    ("algorithm.clip_lower=1.5", "algorithm.clip_lower=1.5 must be in [0, 1)"),
+])
+def test_nonsense_numbers_stop_train_in_one_line(tmp_path, capsys, TINY, override, message):
+    _fails(capsys, ["train", TINY, override, f"experiment.output_dir={tmp_path / 'run'}"],
+           message)
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_slurm_run_with_bad_data_writes_no_job_files(tmp_path, TINY):
+    from rlvr.config import load_config
+    from rlvr.data.errors import DataError
+    from rlvr.launch.slurm import prepare
+
+    data = _rows(tmp_path / "rows.jsonl", _addition_rows(40) + [{"prompt": "no truth"}])
+    cfg = load_config(TINY, [f"data.train=[{{name: {data}}}]", "rollout.engine=remote",
+                             "distributed.launcher=slurm",
+                             f"experiment.output_dir={tmp_path / 'run'}"])
+    with pytest.raises(DataError, match="row 40 field 'ground_truth': missing"):
+        prepare(cfg)
+    assert not (tmp_path / "run").exists()

@@ -24,10 +24,13 @@ CHECK = "Check your answer step by step. Then give your final answer as just the
 
 async def self_check(ctx: EpisodeContext, prompt: Prompt) -> list[Trajectory]:
     first_answers = await ctx.generate(prompt.token_ids)  # the group: params.n samples
-    return list(await asyncio.gather(*(_check(ctx, prompt, a) for a in first_answers)))
+    # Each sample passes its index on, so that its later turn draws its own seed.
+    return list(await asyncio.gather(*(_check(ctx, prompt, a, k)
+                                       for k, a in enumerate(first_answers))))
 
 
-async def _check(ctx: EpisodeContext, prompt: Prompt, answer: Completion) -> Trajectory:
+async def _check(ctx: EpisodeContext, prompt: Prompt, answer: Completion,
+                 sample: int) -> Trajectory:
     trajectory = TrajectoryBuilder()
     trajectory.add_model(answer)
     if not answer.truncated:  # a turn cut off mid-answer cannot be followed by another
@@ -35,7 +38,7 @@ async def _check(ctx: EpisodeContext, prompt: Prompt, answer: Completion) -> Tra
         check = {"role": "user", "content": ctx.settings.args.get("check_prompt", CHECK)}
         trajectory.add_given(ctx.continuation_ids(messages, [check], answer))
         (answer,) = await ctx.generate(list(prompt.token_ids) + trajectory.token_ids,
-                                       ctx.turn_params(1))
+                                       ctx.turn_params(1), sample=sample)
         trajectory.add_model(answer)
     (outcome,) = await ctx.score(prompt, [answer.text])  # the final answer is what counts
     (reward,) = ctx.shape([outcome.score], [answer])

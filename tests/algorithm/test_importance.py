@@ -45,6 +45,56 @@ def test_sequence_mask_drops_a_sequence_whose_mean_drifts():
     assert r.keep_RL.tolist() == [[False, False, False, False, True]]
 
 
+def test_sequence_token_masks_by_the_geometric_mean_and_weights_by_each_tokens_rho():
+    # Sequence 0's geometric-mean rho is 1.34986, inside [0.5, 2]: kept, as with `sequence`, but
+    # each token weighted by its own rho clamped to [0.5, 2]: 1.10517, 2 (not e), 0.81873.
+    r = rho_correction(OLD, ENGINE, MASK, IDS, RhoCorrection(0.5, 2.0, "sequence_token"))
+    assert r.keep_RL.tolist() == [[False, True, True, True, True]]
+    torch.testing.assert_close(r.weight_RL, torch.tensor([[1.0, 1.10517, 2.0, 0.81873, 1.0]]),
+                               atol=1e-5, rtol=0)
+    # Upper bound 1.3 < 1.34986: sequence 0 goes whole although two of its tokens are inside.
+    r = rho_correction(OLD, ENGINE, MASK, IDS, RhoCorrection(0.5, 1.3, "sequence_token"))
+    assert r.keep_RL.tolist() == [[False, False, False, False, True]]
+
+
+def test_sequence_modes_on_open_instructs_own_case():
+    # open-instruct's test_rho_mask_sequence_level (mask bounds [0.5, 2]): token rhos
+    # [0.25, 1, 4] (geometric mean 1, kept), [4, 4, 4] (4, dropped), [0.25, 0.25, 0.25]
+    # (0.25, dropped). open-instruct weights row 0 by the sequence's rho, [1, 1, 1]: `sequence`.
+    # `sequence_token` keeps the same rows and weights by each token's clamped rho:
+    # [0.5, 1, 2].
+    old = torch.log(torch.tensor([[0.25, 1.0, 4.0], [4.0, 4.0, 4.0], [0.25, 0.25, 0.25]]))
+    engine = torch.zeros_like(old)
+    mask = torch.ones_like(old, dtype=torch.bool)
+    ids = torch.tensor([[0, 0, 0], [1, 1, 1], [2, 2, 2]])
+    kept = [[True] * 3, [False] * 3, [False] * 3]
+    seq = rho_correction(old, engine, mask, ids, RhoCorrection(0.5, 2.0, "sequence"))
+    assert seq.keep_RL.tolist() == kept
+    torch.testing.assert_close(seq.weight_RL[0], torch.tensor([1.0, 1.0, 1.0]))
+    tok = rho_correction(old, engine, mask, ids, RhoCorrection(0.5, 2.0, "sequence_token"))
+    assert tok.keep_RL.tolist() == kept
+    torch.testing.assert_close(tok.weight_RL[0], torch.tensor([0.5, 1.0, 2.0]))
+
+
+@pytest.mark.parametrize("mode, loss", [
+    # Ratio 1, A = 1, bounds [0.5, 2], 4 response tokens; every token kept in both modes.
+    ("sequence", -(3 * 1.34986 + 1.0) / 4),  # every token of sequence 0 weighted by 1.34986
+    ("sequence_token", -(1.10517 + 2.0 + 0.81873 + 1.0) / 4),  # each by its clamped rho
+])
+def test_the_two_sequence_modes_give_different_losses(mode, loss):
+    new = OLD.clone().requires_grad_(True)
+    params = LossParams(0.2, 0.2, 0.0, 2, denominator=4.0, rho=RhoCorrection(0.5, 2.0, mode))
+    out = compute_policy_loss("dapo", LossInputs(new, OLD, torch.ones(1, 5), MASK,
+                                                 sequence_ids_RL=IDS, engine_logprobs_RL=ENGINE),
+                              params)
+    assert out.loss.item() == pytest.approx(loss, abs=1e-4)
+
+
+def test_an_unknown_mode_is_refused_naming_the_known_ones():
+    with pytest.raises(ValueError, match="sequence_token"):
+        rho_correction(OLD, ENGINE, MASK, IDS, RhoCorrection(0.5, 2.0, "sequences"))
+
+
 def test_masked_tokens_keep_their_kl_term_and_metrics_count_kept_tokens():
     # Token mask [0.9, 2]: tokens 2 (rho e) and 3 (rho 0.81873) lose their policy term. With
     # new = old, A = 0, beta 0.1, k1 and ref = new - 0.5 the KL term is 0.1 * 0.125 on each of the

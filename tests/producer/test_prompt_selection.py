@@ -37,27 +37,29 @@ def _collect(active: ActiveSampling, num_prompts=2, mixer=None):
 
 
 def test_without_active_sampling_one_draw():
-    episodes, metrics = _collect(ActiveSampling(enabled=False))
+    episodes, sampled, metrics = _collect(ActiveSampling(enabled=False))
+    assert sampled is episodes
     assert [g[0].prompt.id for g in episodes.groups] == ["p/0", "p/1"]
     assert metrics["batch/sampling_rounds"] == 1.0
 
 
 def test_active_sampling_draws_until_enough_groups_have_spread():
-    episodes, metrics = _collect(ActiveSampling(enabled=True, max_rounds=4))
+    episodes, sampled, metrics = _collect(ActiveSampling(enabled=True, max_rounds=4))
     # Round 1 draws p0 (flat) and p1 (mixed); round 2 draws p2 (flat); round 3 draws p3 (mixed).
     assert [g[0].prompt.id for g in episodes.groups] == ["p/1", "p/3"]
+    assert [g[0].prompt.id for g in sampled.groups] == ["p/0", "p/1", "p/2", "p/3"]
     assert metrics["batch/sampling_rounds"] == 3.0 and metrics["batch/prompts_sampled"] == 4.0
     assert metrics["batch/active_sampling_shortfall"] == 0.0
 
 
 def test_active_sampling_is_bounded():
-    episodes, metrics = _collect(ActiveSampling(enabled=True, max_rounds=2))
+    episodes, _, metrics = _collect(ActiveSampling(enabled=True, max_rounds=2))
     assert len(episodes.groups) == 1 and metrics["batch/active_sampling_shortfall"] == 1.0
 
 
 def test_solved_prompts_are_retired_from_later_draws():
     mixer = _mixer()
-    episodes, _ = _collect(ActiveSampling(), num_prompts=5, mixer=mixer)
+    episodes, _, _ = _collect(ActiveSampling(), num_prompts=5, mixer=mixer)
     solved = solved_prompt_ids(episodes, pass_rate=1.0)
     assert solved == ["p/0", "p/4"]
     mixer.retire(solved)
@@ -65,6 +67,26 @@ def test_solved_prompts_are_retired_from_later_draws():
     restored = _mixer()
     restored.load_state_dict(mixer.state_dict())
     assert restored.retired == {"p/0", "p/4"}
+
+
+def test_active_sampling_retires_and_reports_on_every_sampled_group_not_the_kept_ones():
+    # Five prompts, two solved by every sample (p0, p4): the groups active sampling leaves out.
+    # Judged on the kept groups, no prompt would ever retire and the reward would read 0.5;
+    # over what the policy sampled it is 6 right answers of 10.
+    from rlvr.producer.source import EpisodeSource, SourceSettings
+
+    mixer = _mixer()
+    settings = SourceSettings(prompts_per_step=5, sampling=SamplingParams(n=2, seed=0),
+                              shaping=RewardShaping(), retire_pass_rate=1.0,
+                              active=ActiveSampling(enabled=True, max_rounds=1))
+    with RewardScorer(num_workers=0) as scorer:
+        source = EpisodeSource(mixer, ScriptedEngine(), scorer, settings)
+        episodes, metrics = source.produce(1)
+        source.close()
+    assert [g[0].prompt.id for g in episodes.groups] == ["p/1", "p/3"]  # trained on
+    assert mixer.retired == {"p/0", "p/4"}
+    assert metrics["objective/verifiable_reward"] == 0.6
+    assert metrics["objective/scores"] == 0.6
 
 
 def test_an_empty_selection_builds_no_batch():

@@ -32,8 +32,13 @@ def test_last_number_answer(text, key):
     (r"The final answer is $\left(1, 2\right)$.", "(1,2)"),
     (r"angles: $30$ and $45^\circ$", "45"),
     (r"\boxed{\rightarrow}", r"\rightarrow"),  # \right is only dropped as a whole command
-    ("just 42", None),  # no committed or $-delimited answer: no vote
-    (r"\boxed{3", None),  # cut off
+    ("just 42", "42"),  # no offer: the last expression, as `math` grades it
+    (r"\boxed{3", "3"),  # cut off: no box, `math` grades the 3 after it
+    (r"The largest $n$ is 34.", "34"),  # not `n`
+    (r"so $t = s+5 = 3+5 = 8$", "8"),
+    (r"\boxed{1}, \boxed{2}", "1,2"),  # one offer of two boxes
+    (r"\boxed{3}. Hmm maybe \boxed{4}.", None),  # a hedge: no vote
+    ("no answer here", None),
 ])
 def test_math_answer(text, key):
     assert math_answer(text) == key

@@ -50,3 +50,30 @@ def test_gold_without_a_number_raises_so_the_scorer_counts_an_error():
         parse_gold_number("#### seventy")
     with pytest.raises(ValueError, match="holds no number"):
         get_verifier("gsm8k")("7", "seven")
+
+
+@pytest.mark.parametrize("completion, truth", [
+    ("It is 3 or 4.", "4"),
+    ("The answer is 2, 3, or 4", "4"),
+    ("either 17 or 18", "18"),
+    ("#### 3\n#### 4", "4"),  # two different GSM8K answer lines
+])
+def test_a_hedge_scores_nothing(completion, truth):
+    # Anti-hedging: the last number is right, but it is offered beside another.
+    assert get_verifier("gsm8k")(completion, truth) == 0.0
+    assert get_verifier("last_number")(completion, truth) == 0.0
+
+
+@pytest.mark.parametrize("completion, truth", [
+    ("She has 3 or 4 pens, and 5 pencils, so 5 in all is wrong: 9 items.", "9"),
+    ("#### 4\nSo the answer is 4.\n#### 4", "4"),  # the same answer line twice
+    ("3 or more boxes hold 12", "12"),
+])
+def test_alternatives_in_the_reasoning_are_no_hedge(completion, truth):
+    assert get_verifier("gsm8k")(completion, truth) == 1.0
+
+
+def test_a_comma_list_is_read_as_its_last_number():
+    # Not a hedge under the last-number rule: only 9 is the answer, and dates are lists too.
+    assert get_verifier("gsm8k")("The final answer is 7, 8, 9.", "9") == 1.0
+    assert get_verifier("gsm8k")("It was signed on March 3, 2024", "2024") == 1.0

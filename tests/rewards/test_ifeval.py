@@ -177,8 +177,18 @@ def test_ground_truth_check_returns_constraints():
     ("It costs 3.5 dollars. Cheap!", 2),
     ("Wait... what happened? Nothing.", 2),
     ("I waited... Then he came.", 2),
-    ("J. R. R. Tolkien wrote books, e.g. The Hobbit.", 1),
+    ("J. R. R. Tolkien wrote books, e.g. the Hobbit.", 1),
+    ("He wrote books, e.g. The Hobbit.", 2),  # punkt: "The" usually starts a sentence
     ("1. First item\n2. Second item", 2),
+    # A full stop after an ordinary word ends a sentence before a lowercase letter too (punkt).
+    ("this is one. this is two.", 2),
+    ("we met at noon. then we left. it rained.", 3),
+    ("etc. and so on. next.", 2),  # an abbreviation goes on before lowercase
+    # A line break or blank line is no sentence end: a salutation or a placeholder line is part
+    # of the sentence after it (punkt).
+    ("Dear John,\n\nThank you for the letter.", 1),
+    ("[Name]\n[Address]\n\nWe are glad to offer you the job.", 1),
+    ("Best regards,\n[Your Name]", 1),
     ('He said "Stop." Then he left.', 2),
     ("No terminator at all", 1),
     ("", 0),
@@ -265,3 +275,12 @@ def test_each_hostile_answer_is_fast_per_constraint():
             start = time.monotonic()
             checker(text, **kwargs)
             assert time.monotonic() - start < 2.0, (cid, text[:12])
+
+
+def test_a_lowercase_answer_counts_its_sentences():
+    # english_lowercase and number_sentences together: the full stops before lowercase words
+    # end sentences (rlvr used to count one sentence here and score 0.5).
+    truth = gt(("change_case:english_lowercase", {}),
+               ("length_constraints:number_sentences", {"num_sentences": 3,
+                                                        "relation": "at least"}))
+    assert ifeval("the sun is out today. the birds are singing. we should walk.", truth) == 1.0

@@ -1,8 +1,9 @@
 """The instruction checks against the matching rules of the reference checkers (Google's IFEval as
 kept in open-instruct's IFEvalG and IFBench's `classic_instructions`, and IFBench's
 `instructions`): one case per rule, each worked out by reading the reference's code. Where rlvr
-keeps a difference on purpose (README: "Where rlvr's IFEval/IFBench checks differ from the
-references") the case says so and pins rlvr's side."""
+keeps a difference on purpose (docs/verifiers.md: "Where rlvr's IFEval/IFBench checks differ from
+the references") the case says so and pins rlvr's side. The references' own test cases are run
+in conformance/."""
 
 import json
 
@@ -218,6 +219,17 @@ REFERENCE_RULES = [
     # every N-th word holds kana or common kanji; digits are passed over
     ("count:words_japanese", {"N": 2}, "one \u65e5\u672c two 42", True),
     ("count:words_japanese", {"N": 1}, "\u3400", False),
+    # nesting: five brackets open at once, then one closed by its match (the rest may be left
+    # open, as in IFBench's own test text); a mismatch starts again
+    ("format:parentheses", {}, "(a [b {c (d [e] and no more", True),
+    ("format:parentheses", {}, "(a [b {c (d [e) f] g}", False),
+    # the explanation of a quote may follow on the next lines (IFBench's own test)
+    ("format:quote_unquote", {}, 'Out of quotes. "In quotes."\n\nExplained on a later line.',
+     True),
+    # a thesis in italics may open with a quotation mark (IFBench's own test)
+    ("format:thesis", {}, '<em>"Animal Farm" explores power.</em>\nIn it, Orwell...', True),
+    # an emoji after a closing quote ends the sentence
+    ("format:emoji", {}, 'He said "hello." \U0001F600 She waved. \U0001F44B', True),
 ]
 
 
@@ -227,13 +239,12 @@ def test_reference_rule(cid, kwargs, response, expected):
     assert check(cid, response, **kwargs) is expected
 
 
-# Where rlvr is stricter than the reference on purpose (the README lists them): rlvr's answer,
-# and the reference's is the opposite.
+# Where rlvr is stricter than the reference on purpose (docs/verifiers.md lists them): rlvr's
+# answer, and the reference's is the opposite.
 KEPT_DIFFERENCES = [
     ("detectable_content:number_placeholders", {"num_placeholders": 1}, "Dear [ ],", False),
     ("startend:quotation", {}, '""', False),
     ("punctuation:no_comma", {}, "\u4e00\uff0c\u4e8c", False),
-    ("format:parentheses", {}, "(a [b {c (d [e] and no more", False),
     ("format:list", {"sep": "-"}, "A well-known, long-standing list.", False),
     ("count:conjunctions", {"small_n": 2}, "and And and,", False),
     ("words:palindrome", {}, " ".join(["level"] * 10), False),

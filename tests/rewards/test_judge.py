@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from rlvr.build import check_judge_configured, check_registered_names
+from rlvr.input_checks import check_judge_configured, check_registered_names
 from rlvr.settings import judge_settings
 from rlvr.config import ConfigError, DataSourceConfig, load_config
 from rlvr.data import LoadedData
@@ -22,7 +22,9 @@ from rlvr.rewards.judge import (DEFAULT_RUBRIC, DEFAULT_SCORE_REGEX, JUDGE_VERIF
 from rlvr.rewards.scorer import ScorerSettings
 from rlvr.types import Completion
 
-SLACK_S = 1.5  # a loaded 2-core machine: the bound is "timeout plus a little"
+# The bound is "timeout plus slack", not exact: generous for a loaded machine or xdist workers,
+# and still under the 10 s the endpoint's slow answer stalls for.
+SLACK_S = 5.0
 
 
 def _req(i, answer, question="What is 6 times 7?", truth="42", metadata=""):
@@ -233,8 +235,7 @@ def test_an_unreachable_endpoint_is_an_error_and_a_missing_key_is_refused(monkey
     (["rewards.judge.model=m", "rewards.judge.rubric='{question} {'"], ["rewards.judge.rubric"]),
     (["rewards.judge.model=m", "rewards.judge.score_regex='Score: \\d+'"],
      ["rewards.judge.score_regex"]),
-    (["rewards.judge.model=m", "rewards.judge.timeout_s=0"],
-     ["rewards.judge.max_tokens, timeout_s"]),
+    (["rewards.judge.model=m", "rewards.judge.timeout_s=0"], ["timeout_s"]),
 ])
 def test_judge_config_problems_name_their_fields(overrides, fields):
     with pytest.raises(ConfigError) as e:

@@ -1,12 +1,19 @@
 """Which prompts a step trains on: one draw, or DAPO-style active sampling that keeps drawing
 until the batch holds enough groups whose rewards differ (the only groups with gradient), and
 retirement of prompts the policy already solves.
+
+What the policy did and what it trains on are two sets: `Collected.sampled` holds every group
+the step generated, `Collected.kept` those it trains on. Retirement and the step's reward
+metrics read `sampled`: a prompt solved by every sample is exactly a group active sampling
+leaves out (no spread), so judged on `kept` it would never retire and the reward would be
+reported without the solved prompts (open-instruct's `process_group` also retires before its
+zero-spread filter).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import torch
 
@@ -27,30 +34,40 @@ class ActiveSampling:
 RunGroups = Callable[[list[Prompt], SamplingParams], tuple[Episodes, dict[str, float]]]
 
 
+class Collected(NamedTuple):
+    kept: Episodes  # the groups the step trains on
+    sampled: Episodes  # every group the step generated, over all rounds, `kept` among them
+    metrics: dict[str, float]  # the workflow's, and how many rounds and prompts it took
+
+
 def collect_episodes(run_groups: RunGroups, next_prompts: Callable[[int], list[Prompt]],
                      num_prompts: int, params: SamplingParams,
-                     active: ActiveSampling) -> tuple[Episodes, dict[str, float]]:
+                     active: ActiveSampling) -> Collected:
     episodes, workflow_metrics = run_groups(next_prompts(num_prompts), params)
     if not active.enabled:
-        return episodes, {**workflow_metrics, "batch/sampling_rounds": 1.0,
-                          "batch/prompts_sampled": num_prompts}
+        return Collected(episodes, episodes, {**workflow_metrics, "batch/sampling_rounds": 1.0,
+                                              "batch/prompts_sampled": num_prompts})
+    sampled = Episodes(groups=list(episodes.groups), outcomes=list(episodes.outcomes))
     kept = _with_signal(episodes)
-    rounds, sampled = 1, num_prompts
+    rounds, drawn = 1, num_prompts
     while len(kept.groups) < num_prompts and rounds < active.max_rounds:
         missing = num_prompts - len(kept.groups)
         # A fresh seed per round: the same seed would redraw the same samples for a prompt.
         round_params = replace(params, seed=None if params.seed is None
                                else derive_seed(params.seed, round=rounds))
         more, more_metrics = run_groups(next_prompts(missing), round_params)
+        sampled.groups += more.groups
+        sampled.outcomes += more.outcomes
         more = _with_signal(more)
         workflow_metrics = _merge_rounds(workflow_metrics, more_metrics, rounds)
         kept.groups += more.groups
         kept.outcomes += more.outcomes
-        rounds, sampled = rounds + 1, sampled + missing
+        rounds, drawn = rounds + 1, drawn + missing
     kept.groups, kept.outcomes = kept.groups[:num_prompts], kept.outcomes[:num_prompts]
-    return kept, {**workflow_metrics, "batch/sampling_rounds": float(rounds),
-                  "batch/prompts_sampled": float(sampled),
-                  "batch/active_sampling_shortfall": float(num_prompts - len(kept.groups))}
+    return Collected(kept, sampled, {
+        **workflow_metrics, "batch/sampling_rounds": float(rounds),
+        "batch/prompts_sampled": float(drawn),
+        "batch/active_sampling_shortfall": float(num_prompts - len(kept.groups))})
 
 
 def _merge_rounds(so_far: dict[str, float], more: dict[str, float],
@@ -76,7 +93,8 @@ def _with_signal(episodes: Episodes) -> Episodes:
 
 
 def solved_prompt_ids(episodes: Episodes, pass_rate: float) -> list[str]:
-    """Prompts whose samples scored full marks at least `pass_rate` of the time."""
+    """Prompts whose samples scored full marks at least `pass_rate` of the time. Give it every
+    group the step sampled (`Collected.sampled`), not only those kept for training."""
     solved = []
     for group in episodes.groups:
         rate = sum(s.reward >= 1.0 for s in group) / len(group)

@@ -67,12 +67,15 @@ class EpisodeSource:
         """Generate and score step `step`'s groups (the engine's current weights)."""
         s = self.settings
         start = time.perf_counter()
-        episodes, metrics = collect_episodes(self._run_groups, self._next_prompts,
-                                             s.prompts_per_step, s.params_for(step), s.active)
-        metrics = {**episode_metrics(episodes), **metrics, **self.scorer.metrics_since_last()}
+        episodes, sampled, metrics = collect_episodes(
+            self._run_groups, self._next_prompts, s.prompts_per_step, s.params_for(step),
+            s.active)
+        # What the policy scored on everything it sampled, not on the groups kept for training
+        # (active sampling keeps only groups with reward spread: no solved prompt among them).
+        metrics = {**episode_metrics(sampled), **metrics, **self.scorer.metrics_since_last()}
         if s.retire_pass_rate is not None:
             with self._lock:
-                self.mixer.retire(solved_prompt_ids(episodes, s.retire_pass_rate))
+                self.mixer.retire(solved_prompt_ids(sampled, s.retire_pass_rate))
                 metrics["batch/retired_prompts"] = float(len(self.mixer.retired))
         metrics["time/generation"] = time.perf_counter() - start
         return episodes, metrics

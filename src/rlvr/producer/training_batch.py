@@ -29,6 +29,9 @@ class BatchSettings:
     # group's baseline is its finished samples', open-instruct); True keeps them in the
     # baseline and only withholds their gradient.
     truncated_in_baseline: bool = False
+    # A group's prompt packed once before its responses, or each sequence whole (what varlen
+    # attention needs); the run's resolved `algorithm.share_prompts` (`DevicePlan`).
+    share_prompts: bool = True
 
 
 @dataclass
@@ -71,7 +74,7 @@ def build_training_batch(groups: list[list[Sample]], settings: BatchSettings) ->
                            advantage=s.advantage, index=i,
                            loss_mask=s.completion.loss_mask_T) for i, s in enumerate(samples)]
     batch = pack_sequences(seqs, settings.pack_length, pad_id=settings.pad_token_id,
-                           strategy=settings.packing)
+                           share_prompts=settings.share_prompts, strategy=settings.packing)
     metrics["packed_ratio"] = packed_ratio(batch)
     metrics["batch/packed_rows"] = float(batch.num_rows)
     return TrainingBatch(batch=batch, samples=samples, metrics=metrics)

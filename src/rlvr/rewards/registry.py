@@ -7,6 +7,8 @@ that data loading runs on every row, and with an answer extractor: completion ->
 gives, as a key equal for equal answers (maj@n votes with it; a verifier without one gets no
 majority vote). A name of the form `package.module:function` is also
 accepted and imported on first use, so a verifier can be named without being registered anywhere.
+Registered names match in any case (`canonical_name`), as open-instruct routes on
+`dataset.lower()`: a row labelled "GSM8K" is scored by `gsm8k`.
 
 A verifier that needs to see more than the answer declares keyword-only parameters with these
 names, and the scorer fills exactly those it declares (a two-argument verifier gets nothing more):
@@ -91,6 +93,8 @@ def register_verifier(name: str, ground_truth_check: GroundTruthCheck | None = N
     def register(fn: Verifier) -> Verifier:
         if name in BATCHED_VERIFIERS:
             raise ValueError(f"verifier name {name!r} is taken by a batched verifier")
+        if canonical_name(name) != name:  # names match in any case: one spelling per name
+            raise ValueError(f"verifier name {name!r} is taken as {canonical_name(name)!r}")
         VERIFIERS.add(name, RegisteredVerifier(fn, ground_truth_check, answer_extractor,
                                                declared_inputs(fn)), defined_by=fn)
         return fn
@@ -98,8 +102,22 @@ def register_verifier(name: str, ground_truth_check: GroundTruthCheck | None = N
     return register
 
 
+def canonical_name(name: str) -> str:
+    """The registered spelling of verifier `name`: names match in any case, as open-instruct
+    routes on `dataset.lower()` (a row labelled "MATH" or "GSM8K" is scored by `math` / `gsm8k`).
+    A 'module:function' name is Python's and keeps its case; an unknown name is returned as is."""
+    if name in VERIFIERS or name in BATCHED_VERIFIERS or ":" in name:
+        return name
+    folded = name.casefold()
+    for known in (*VERIFIERS, *BATCHED_VERIFIERS):
+        if known.casefold() == folded:
+            return known
+    return name
+
+
 def get_verifier(name: str) -> Verifier:
-    """The verifier called `name`; KeyError listing the known names if there is none."""
+    """The verifier called `name` (any case); KeyError listing the known names if there is none."""
+    name = canonical_name(name)
     if name in VERIFIERS:
         return VERIFIERS[name].score
     if ":" in name:
@@ -114,6 +132,7 @@ def get_verifier(name: str) -> Verifier:
 def verifier_inputs(name: str) -> frozenset[str]:
     """The extra inputs (VERIFIER_INPUTS) verifier `name` asks for; imports a 'module:function'
     name. KeyError as `get_verifier` for an unknown name."""
+    name = canonical_name(name)
     if name not in VERIFIERS:
         get_verifier(name)
     return VERIFIERS[name].inputs
@@ -122,19 +141,20 @@ def verifier_inputs(name: str) -> frozenset[str]:
 def ground_truth_check(name: str) -> GroundTruthCheck | None:
     """The ground-truth check of verifier `name`; None if it has none, if the name is unknown, or
     if it is a 'module:function' name not imported yet (data loading does not import it)."""
-    entry = VERIFIERS.get(name)
+    entry = VERIFIERS.get(canonical_name(name))
     return None if entry is None else entry.ground_truth_check
 
 
 def answer_extractor(name: str) -> AnswerExtractor | None:
     """The answer extractor of verifier `name`; None if it has none or the name is unknown."""
-    entry = VERIFIERS.get(name)
+    entry = VERIFIERS.get(canonical_name(name))
     return None if entry is None else entry.answer_extractor
 
 
 def is_known_verifier(name: str) -> bool:
     """True for a registered or batched name; a 'module:function' name is trusted until it is
     used."""
+    name = canonical_name(name)
     return name in VERIFIERS or name in BATCHED_VERIFIERS or ":" in name
 
 

@@ -1,5 +1,6 @@
 """Sampling seeds derived from where a sample is drawn: the run's seed, then the step, the
-active-sampling round, the engine share and the prompt.
+active-sampling round, the engine share and the prompt; for a later turn of a multi-turn
+episode also the turn and the sample of the group (`rlvr.rollout.client.EngineClient`).
 
 Why hashing instead of arithmetic: offsets such as `base + 7919 * (round + share)` collide
 (round 1 of share 0 and round 0 of share 1 drew the same random stream). A hash of the named

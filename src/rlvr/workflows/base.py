@@ -67,14 +67,18 @@ class EpisodeContext:
         self._scorer = scorer
         self._continuation = continuation
 
-    async def generate(self, prompt_ids: Sequence[int], params: SamplingParams | None = None
-                       ) -> list[Completion]:
-        """`params.n` completions of `prompt_ids` (default: the step's sampling, a group)."""
-        return await self.engine.generate(prompt_ids, params or self.params)
+    async def generate(self, prompt_ids: Sequence[int], params: SamplingParams | None = None,
+                       sample: int | None = None) -> list[Completion]:
+        """`params.n` completions of `prompt_ids` (default: the step's sampling, a group).
+        A request that continues one sample of the group names its index, `sample`: the
+        sample's seed is derived from it, so the group's samples do not share a random stream
+        at later turns (`rlvr.rollout.client.EngineClient`)."""
+        return await self.engine.generate(prompt_ids, params or self.params, sample)
 
     def turn_params(self, turn: int, max_tokens: int | None = None) -> SamplingParams:
         """One sample for turn `turn` > 0 of an episode: its own seed (the step's would redraw
-        the first turn's randomness), at most `max_tokens`."""
+        the first turn's randomness), at most `max_tokens`. The seed is the turn's; pass the
+        sample's index to `generate` so that each sample of the group draws its own."""
         p = self.params
         return replace(p, n=1, seed=None if p.seed is None else derive_seed(p.seed, turn=turn),
                        max_tokens=p.max_tokens if max_tokens is None else max_tokens)

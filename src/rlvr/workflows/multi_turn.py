@@ -23,10 +23,12 @@ from rlvr.workflows.base import EpisodeContext, Trajectory, TrajectoryBuilder, r
 @register_workflow("multi_turn")
 async def multi_turn(ctx: EpisodeContext, prompt: Prompt) -> list[Trajectory]:
     first_turns = await ctx.generate(prompt.token_ids)
-    return list(await asyncio.gather(*(_converse(ctx, prompt, c) for c in first_turns)))
+    return list(await asyncio.gather(*(_converse(ctx, prompt, c, k)
+                                       for k, c in enumerate(first_turns))))
 
 
-async def _converse(ctx: EpisodeContext, prompt: Prompt, answer: Completion) -> Trajectory:
+async def _converse(ctx: EpisodeContext, prompt: Prompt, answer: Completion,
+                    sample: int) -> Trajectory:
     s = ctx.settings
     budget = s.max_episode_tokens or ctx.params.max_tokens * s.max_turns
     trajectory = TrajectoryBuilder()
@@ -48,7 +50,8 @@ async def _converse(ctx: EpisodeContext, prompt: Prompt, answer: Completion) -> 
         trajectory.add_given(given)
         turn += 1
         answer = (await ctx.generate(list(prompt.token_ids) + trajectory.token_ids,
-                                     ctx.turn_params(turn, min(ctx.params.max_tokens, room))))[0]
+                                     ctx.turn_params(turn, min(ctx.params.max_tokens, room)),
+                                     sample=sample))[0]
     last = trajectory.last
     reward = ctx.shape([outcome.score], [last])[0] * s.turn_discount ** turn
     return Trajectory(trajectory.build(ctx.tokenizer), reward, outcome,

@@ -12,7 +12,7 @@ open-instruct's IFEvalG and IFBench's `classic_instructions`), written afresh: k
 found as case-insensitive substrings, forbidden words between word boundaries, words are `\\w+`
 runs. Where the reference needs nltk or langdetect (sentences, tokens, language) the check is an
 offline approximation, and a few checks are stricter on purpose; each difference is listed in
-the README ("Where rlvr's IFEval/IFBench checks differ from the references").
+docs/verifiers.md ("Where rlvr's IFEval/IFBench checks differ from the references").
 """
 
 from __future__ import annotations
@@ -77,7 +77,8 @@ def _check_type(name: str, value: Any, annotation: Any) -> None:
 
 
 def as_count(value: Any, name: str) -> int:
-    """A whole number from JSON (IFBench stores counts as floats such as 100.0)."""
+    """A whole number from JSON (IFBench stores counts as floats such as 100.0), not negative
+    (IFEval refuses `let_frequency=-1`: no count is below zero)."""
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise ValueError(f"{name}={value!r} is not a whole number")
     try:
@@ -86,6 +87,8 @@ def as_count(value: Any, name: str) -> int:
         raise ValueError(f"{name}={value!r} is not a whole number") from None
     if not number.is_integer():
         raise ValueError(f"{name}={value!r} is not a whole number")
+    if number < 0:
+        raise ValueError(f"{name}={value!r} is negative")
     return int(number)
 
 

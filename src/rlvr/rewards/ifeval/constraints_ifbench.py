@@ -7,9 +7,9 @@ punctuation removed or stripped, or as `\\w+` runs), what it compares case-sensi
 counts. The official harness needs nltk data (punkt, stopwords), spaCy, `emoji` and `syllapy`,
 and runs nowhere offline; where a rule rests on one of them (sentences, nltk tokens, stop words,
 emoji, syllables) the check is an approximation, and a few checks are stricter than the
-reference on purpose. Each difference is listed in the README ("Where rlvr's IFEval/IFBench
-checks differ from the references"). Use these scores for training and in-house evaluation, not
-for numbers to set beside published IFBench results.
+reference on purpose. Each difference is listed in docs/verifiers.md ("Where rlvr's
+IFEval/IFBench checks differ from the references"). Use these scores for training and in-house
+evaluation, not for numbers to set beside published IFBench results.
 
 The words:/sentence: constraints are in `constraints_ifbench_words`, the ratio: ones over
 sentences in `constraints_ifbench_ratio`, layout and copying in `constraints_ifbench_layout`.
@@ -142,22 +142,22 @@ _OPENING = {")": "(", "]": "[", "}": "{"}
 
 @register_constraint("format:parentheses")
 def parentheses(response: str) -> bool:
-    """Brackets of any kind ( [ { nested at least 5 levels deep in one correctly closed group."""
-    # Each open group records how many levels its contents reached; a closing group hands its
-    # depth to its parent, so every bracket costs O(1) ("{" * 20000 stays linear).
-    stack: list[list] = []  # [opening char, levels reached inside it, counting itself]
+    """Brackets of any kind ( [ { open 5 levels deep at once, and a bracket then closed by its
+    match, as IFBench checks it; a closing bracket that does not match the innermost open one
+    starts the count again."""
+    open_brackets: list[str] = []
+    deepest = 0  # since the last mismatch
     for ch in response:
         if ch in "([{":
-            stack.append([ch, 1])
+            open_brackets.append(ch)
+            deepest = max(deepest, len(open_brackets))
         elif ch in _OPENING:
-            if not stack or stack[-1][0] != _OPENING[ch]:
-                stack = []  # a mismatch breaks every open group
+            if not open_brackets or open_brackets[-1] != _OPENING[ch]:
+                open_brackets, deepest = [], 0
                 continue
-            _, levels = stack.pop()
-            if levels >= 5:
+            open_brackets.pop()
+            if deepest >= 5:
                 return True
-            if stack:
-                stack[-1][1] = max(stack[-1][1], levels + 1)
     return False
 
 

@@ -20,12 +20,14 @@ from rlvr.rewards.ifeval.text import split_paragraphs, split_sentences
 _EMOJI = re.compile("[\U0001F000-\U0001FAFF\u2600-\u27BF\u2B00-\u2BFF\u2300-\u23FF]")
 _EMOJI_GLUE = "\ufe0f\u200d\U0001F3FB\U0001F3FC\U0001F3FD\U0001F3FE\U0001F3FF"
 _TRAILING = ".!?\u2026\"'\u201d\u2019) \t\n" + _EMOJI_GLUE
-# A terminator, then emojis: "Done. 🎉" is rewritten "Done 🎉." before splitting, since the
-# splitter would start the next sentence at the emoji (or drop an emoji-only last one).
+# A terminator (and any closing quotes), then emojis: "Done. 🎉" is rewritten "Done 🎉." and
+# 'He said "hi." 🎉' 'He said "hi 🎉."' before splitting, since the splitter would start the
+# next sentence at the emoji (or drop an emoji-only last one).
 # Tried only where a run of terminators begins, and the run taken whole (`++`): otherwise each
 # position of "?!" * 50000 would rescan the rest of the run, quadratically.
 _EMOJI_AFTER_STOP = re.compile(
-    f"(?<![.!?\u2026])([.!?\u2026]++)(\\s*+)((?:{_EMOJI.pattern}|[{_EMOJI_GLUE}])+)")
+    f"(?<![.!?\u2026])([.!?\u2026]++[\"'\u201d\u2019)\\]]*+)(\\s*+)"
+    f"((?:{_EMOJI.pattern}|[{_EMOJI_GLUE}])+)")
 
 
 @register_constraint("format:emoji")
@@ -82,22 +84,24 @@ def _explained_as_ifbench(response: str) -> bool:
 
 @register_constraint("format:quote_unquote")
 def quote_unquote(response: str) -> bool:
-    """At least one quoted phrase, and after each, before the next quote or the line's end, some
-    unquoted words explaining it. IFBench checks only that no quote follows another and the text
-    does not end on one (so it passes an answer without quotes); that is required too."""
+    """At least one quoted phrase, and after each, before the next quote, some unquoted words
+    explaining it (on the same line or the lines after). IFBench checks only that no quote
+    follows another and the text does not end on one (so it passes an answer without quotes);
+    at least one quote is required too."""
     quotes = list(_QUOTED.finditer(response))
     if not quotes or not _explained_as_ifbench(response):
         return False
     for this, following in zip(quotes, quotes[1:] + [None]):
         stop = following.start() if following else len(response)
-        line_end = response.find("\n", this.end(), stop)
-        if not _WORD_CHAR.search(response, this.end(), stop if line_end < 0 else line_end):
+        if not _WORD_CHAR.search(response, this.end(), stop):
             return False
     return True
 
 
 _HEADING = re.compile(r"^\s*#")
-_ITALIC_OPENING = re.compile(r"<(i|em)>\s*\w[^<]*</\1>")  # lowercase tags, as IFBench finds them
+# Lowercase tags, as IFBench finds them, around text holding a word: `<em>"Animal Farm" and ...`
+# may open with a quote or a bracket.
+_ITALIC_OPENING = re.compile(r"<(i|em)>(?=[^<]*\w)[^<]*</\1>")
 
 
 def _thesis_as_ifbench(response: str) -> bool:

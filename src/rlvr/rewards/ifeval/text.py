@@ -8,10 +8,23 @@ and being ours it behaves the same in every worker process, with nothing to fetc
 references need no model (IFEval counts words as `\\w+` runs, matches keywords with `re`), the
 functions here follow them exactly; `split_sentences` and `word_tokens` are approximations.
 
+How `split_sentences` approximates punkt (Kiss & Strunk's unsupervised splitter, as trained for
+English in nltk): punkt breaks after "!" and "?" always, and after a full stop unless the word
+before it is a known abbreviation, an initial or a number, in which case its "orthographic
+heuristic" breaks only before a word that usually starts sentences. rlvr keeps the first part as
+punkt has it (a full stop after an ordinary word ends a sentence whatever follows: "this is one.
+this is two." is two sentences) and replaces the learned parts by fixed rules: titles ("Dr.",
+"Mr.") never end a sentence; other abbreviations ("e.g.", "etc.", "U.S.", "Ph.D."), numbers and
+an ellipsis end one only before a capital letter; a capital initial before a capital ("J. R.
+Smith") does not. Like punkt, a line break or a blank line is no sentence end, so a salutation
+("Dear John,") or a placeholder line ("[Name]") is part of the sentence after it. One rule is
+rlvr's own: a line that opens a list item ("- ", "* ", "1. ") starts a new sentence, and its
+number marker is no sentence (punkt would count "1." as a sentence of its own).
+
 What it is not: a linguistic tokenizer. It handles what model answers commonly contain: common
-abbreviations ("e.g.", "Dr.", "etc."), initials, decimals ("3.14"), numbered list markers, closing
-quotes after the full stop, blank-line paragraphs and list items. It does not segment scripts
-written without spaces (Chinese, Japanese, Thai): such text counts as few long words.
+abbreviations, initials, decimals ("3.14"), numbered list markers, closing quotes after the full
+stop, list items. It does not segment scripts written without spaces (Chinese, Japanese, Thai):
+such text counts as few long words.
 """
 
 from __future__ import annotations
@@ -28,9 +41,10 @@ _MARKS = ("\u0300-\u036f\u0483-\u0489\u0591-\u05c7\u0610-\u061a\u064b-\u065f\u06
 # "well-known", "e.g" and "3.14" are one word each (IFEval's `\w+` would count two).
 _WORD = re.compile(rf"[\w{_MARKS}]+(?:['\u2019.\-][\w{_MARKS}]+)*")
 
-# Blank lines end a paragraph; a line that opens a list item also starts a new sentence.
+# Blank lines end a paragraph; a line that opens a list item starts a new sentence (a blank line
+# alone does not: punkt does not split there).
 _PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n")
-_SENTENCE_BLOCK_BREAK = re.compile(r"\n[ \t]*\n|\n(?=[ \t]*(?:[*\u2022\-]|\d+[.)])[ \t])")
+_SENTENCE_BLOCK_BREAK = re.compile(r"\n(?=[ \t]*(?:[*\u2022\-]|\d+[.)])[ \t])")
 
 # A run of terminators, then any closing quotes or brackets, then whitespace or the end: the
 # decimal point of "3.14" is followed by a digit, so it never matches. Tried only where a run
@@ -42,11 +56,17 @@ _TOKEN_BEFORE = re.compile(r"(\w+(?:\.\w+)*)$")
 _HAS_WORD = re.compile(r"\w")
 _NON_SPACE = re.compile(r"\S")
 
-# A full stop after these never ends a sentence: they are followed by what they introduce.
-_NEVER_FINAL = frozenset({
+# A full stop after a title never ends a sentence: a name follows.
+_TITLES = frozenset({
     "mr", "mrs", "ms", "dr", "prof", "st", "sr", "jr", "rev", "gen", "capt", "lt", "col", "sgt",
-    "gov", "sen", "rep", "mt", "ft", "e.g", "i.e", "vs", "cf", "approx", "fig", "vol",
-    "pp", "al", "ca", "viz",
+    "gov", "sen", "rep", "mt", "ft",
+})
+# After these (and any word with an inner dot: "U.S.", "Ph.D.", "a.m.") a full stop ends a
+# sentence only before a capital: "etc. and so on" goes on, "etc. The next" does not.
+_ABBREVIATIONS = frozenset({
+    "e.g", "i.e", "vs", "cf", "approx", "fig", "vol", "pp", "al", "ca", "viz", "etc", "inc",
+    "ltd", "co", "corp", "dept", "est", "no", "nos", "jan", "feb", "mar", "apr", "jun", "jul",
+    "aug", "sep", "sept", "oct", "nov", "dec",
 })
 
 
@@ -90,23 +110,26 @@ def _first_non_space(block: str, pos: int) -> int:
 
 def _ends_sentence(block: str, start: int, content: int, end: re.Match) -> bool:
     """Whether the terminator `end` closes the sentence that began at `start` and whose first
-    non-space character is at `content`."""
+    non-space character is at `content` (the rules: module docstring)."""
     # Every look here is bounded (a 40-character window, the next non-space): slicing from
     # `start` or to the block's end would make "Dr. Dr. Dr. ..." quadratic.
-    if any(c in end.group() for c in "!?\u203d\u0964"):
+    terminators = end.group()
+    if any(c in terminators for c in "!?\u203d\u0964"):
         return True
+    next_match = _NON_SPACE.search(block, end.end())
+    before_capital = bool(next_match) and next_match.group().isupper()
+    if "\u2026" in terminators or terminators.count(".") > 1:  # an ellipsis
+        return before_capital or not next_match
     window_start = max(start, end.start() - 40)
     token_match = _TOKEN_BEFORE.search(block, window_start, end.start())
     token = token_match.group(1) if token_match else ""
-    next_match = _NON_SPACE.search(block, end.end())
-    next_char = next_match.group() if next_match else ""
-    if token.lower() in _NEVER_FINAL:
-        return False
-    if next_char.islower():  # "approx. five", "etc. and so on", "Wait... what"
+    if token.lower() in _TITLES:
         return False
     if token.isdigit() and token_match.start(1) == content:
         return False  # "1." opening a numbered item
-    if len(token) == 1 and token.isupper() and next_char.isupper():
+    if token.lower() in _ABBREVIATIONS or "." in token or token.isdigit():
+        return before_capital or not next_match
+    if len(token) == 1 and token.isupper() and before_capital:
         return False  # an initial: "J. R. Smith"
     return True
 

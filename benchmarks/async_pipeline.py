@@ -79,7 +79,7 @@ CURVE_RUNS = {
                                "rollout.dtype=float32"],
     # the whole batch in one forward and backward (the quick start splits it in two)
     "vllm sync, one micro-batch": ["rollout.engine=vllm", "rollout.async_steps=0",
-                                   "algorithm.num_mini_batches=1"],
+                                   "algorithm.gradient_accumulation_steps=1"],
     # each decoder layer compiled (model.compile; the compile counts in the wall time)
     "vllm sync, compiled": ["rollout.engine=vllm", "rollout.async_steps=0", "model.compile=true"],
     # transformers' eager attention (explicit matmuls and softmax, an additive mask), then also

@@ -82,7 +82,7 @@ def main() -> None:
             """Seconds, and the busiest other thread's CPU share (the OpenMP worker)."""
             before = thread_cpu_seconds()
             start = time.perf_counter()
-            run.learner.update(batch, loss, cfg.algorithm.num_mini_batches, 1, r.temperature)
+            run.learner.update(batch, loss, cfg.gradient_accumulation_steps, 1, r.temperature)
             wall = time.perf_counter() - start
             after = thread_cpu_seconds()
             others = [after[t] - before.get(t, 0.0) for t in after if t != main_tid]

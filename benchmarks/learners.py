@@ -77,8 +77,8 @@ def time_layout(name: str, group, batch, cfg, steps: int) -> list[float]:
     try:
         for _ in range(steps + 1):
             start = time.perf_counter()
-            group.update(batch, a.loss_fn, params, a.num_mini_batches, a.num_epochs,
-                         cfg.rollout.temperature)
+            group.update(batch, a.loss_fn, params, cfg.gradient_accumulation_steps,
+                         a.num_epochs, cfg.rollout.temperature)
             times.append(time.perf_counter() - start)
     finally:
         group.close()
@@ -117,7 +117,7 @@ def main() -> None:
     print(f"{cfg.model.name_or_path}: {args.prompts} prompts x {args.samples} samples, "
           f"{batch.num_rows} rows x {batch.input_ids_RL.shape[1]} tokens, "
           f"{batch.num_tokens} tokens ({batch.num_response_tokens} response), "
-          f"{cfg.algorithm.num_mini_batches} micro-batches, reference model: "
+          f"{cfg.gradient_accumulation_steps} micro-batches, reference model: "
           f"{cfg.algorithm.beta > 0}", flush=True)
 
     opt = cfg.optimizer

@@ -73,7 +73,8 @@ def measure(args: argparse.Namespace) -> dict:
     times = []
     for _ in range(args.steps + 1):
         start = time.perf_counter()
-        learner.update(batch, loss, a.num_mini_batches, a.num_epochs, cfg.rollout.temperature)
+        learner.update(batch, loss, cfg.gradient_accumulation_steps, a.num_epochs,
+                       cfg.rollout.temperature)
         times.append(time.perf_counter() - start)
     optimizer_mb = sum(t.numel() * t.element_size() for s in learner.optimizer.state.values()
                        for t in s.values() if torch.is_tensor(t)) / 2**20
@@ -85,7 +86,7 @@ def measure(args: argparse.Namespace) -> dict:
             "reference_copy": getattr(learner, "reference", None) is not None,
             "batch": f"{batch.num_rows} rows x {batch.input_ids_RL.shape[1]} tokens, "
                      f"{batch.num_tokens} tokens ({batch.num_response_tokens} response), "
-                     f"{a.num_mini_batches} micro-batches"}
+                     f"{cfg.gradient_accumulation_steps} micro-batches"}
 
 
 def run_setting(name: str, args: argparse.Namespace) -> dict:

@@ -93,8 +93,10 @@ def _die_once_rank_0_has_written(self, *args, **kwargs):
 def _two_ranks(rank: int, model_dir: str, out: Path, ports: tuple[int, int]) -> None:
     """One rank of the whole 2-rank story; rank 0 records what the tests check."""
     torch.set_num_threads(1)
+    # On CPU over gloo, also on a GPU host: two ranks need a GPU each for NCCL, and the
+    # one-process tests compare with a learner on the CPU.
     spec = LearnerSpec(model_dir=model_dir, settings=SETTINGS, sharding="fsdp",
-                       with_reference=True, timeout_s=60)
+                       with_reference=True, timeout_s=60, device="cpu")
     # 1. One step, saved sharded; the full state gathered for comparison.
     worker = LearnerWorker(spec, rank, 2)
     worker.setup(f"tcp://127.0.0.1:{ports[0]}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import os
+import sys
 import time
 
 import pytest
@@ -91,6 +92,14 @@ def test_local_group_state_round_trip(tiny_model_dir):
         group.load_state_dict(state)
         again = group.update(batch, "dapo", _params(batch), 2, 1, 1.0)
     _assert_same_result(again, first)
+
+
+def test_a_local_group_closes_where_ray_is_not_installed(tiny_model_dir, monkeypatch):
+    """The local backend is what a host without Ray runs (a GPU machine with torch alone);
+    closing it imported Ray for a placement group only Ray's backend has."""
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` fails, as where it is absent
+    with LearnerGroup(_spec(tiny_model_dir)) as group:
+        assert group.num_learners == 1
 
 
 def test_a_rank_with_no_rows_does_not_hang(ray_session, tiny_model_dir):
@@ -252,6 +261,7 @@ def test_lora_on_two_fsdp_ranks_matches_one_process_and_pushes_merged_weights(
         ray_learner.close()
 
 
+@pytest.mark.slow
 def test_compiled_layers_on_two_fsdp_ranks_match_an_eager_process(ray_session, tiny_model_dir):
     """`model.compile` under FSDP2: each rank compiles its layers' `forward` after sharding, so
     the gather and reshard hooks run around the compiled graph, eager; the results and weights

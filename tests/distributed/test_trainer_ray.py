@@ -12,6 +12,8 @@ import torch
 from rlvr.config import load_config
 from rlvr.trainer import train
 
+pytestmark = pytest.mark.slow  # whole training runs on Ray: `make test-slow` (docs/testing.md)
+
 OVERRIDES = ["algorithm.filter_zero_std_samples=false", "eval.local_eval_every=0",
              "logging.progress_bar=false", "checkpoint.save_freq=0", "model.num_threads=1"]
 ACTORS = ["distributed.launcher=ray", "distributed.num_learners_per_node=[2]",

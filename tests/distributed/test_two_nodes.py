@@ -30,6 +30,7 @@ def two_nodes():
     cluster.shutdown()
 
 
+@pytest.mark.slow
 def test_one_learner_per_node_trains_with_an_engine_actor(tmp_path, two_nodes):
     run = train(load_config("configs/tiny.yaml", [
         f"experiment.output_dir={tmp_path}", "logging.progress_bar=false",

@@ -18,6 +18,7 @@ import pytest
 import rlvr.serving.server as server_module
 from rlvr.config import load_config
 from rlvr.launch import launch, needs_servers
+from rlvr.serving.auth import read_key_file
 from rlvr.serving.server import is_healthy
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -68,7 +69,10 @@ def test_launch_starts_the_servers_trains_on_them_and_stops_them(tmp_path, monke
     assert [h["training_step"] for h in run.history][-1] == 2
     assert len(started) == 2
     assert run.cfg.rollout.server_addresses == [p.address for p in started]
-    assert all(not is_healthy(p.address, 1.0) for p in started)  # stopped at the end
+    # The run's key, written 0600 for its trainer, is the one its servers demand.
+    key = read_key_file(tmp_path / "server.key")
+    assert all(p.key == key for p in started)
+    assert all(not is_healthy(p.address, 1.0, key=key) for p in started)  # stopped at the end
     assert (tmp_path / "servers" / "server_0.log").exists()
 
 
@@ -79,13 +83,15 @@ def test_an_error_in_training_stops_the_servers(tmp_path, monkeypatch):
 
     def failing_train(cfg):
         seen.extend(cfg.rollout.server_addresses)
-        assert all(is_healthy(a, 1.0) for a in seen)  # healthy before training starts
+        key = read_key_file(tmp_path / "server.key")
+        assert all(is_healthy(a, 1.0, key=key) for a in seen)  # healthy before training starts
         raise RuntimeError("boom")
 
     monkeypatch.setattr("rlvr.trainer.train", failing_train)
     with pytest.raises(RuntimeError, match="boom"):
         launch(_cfg(tmp_path))
-    assert len(seen) == 2 and not any(is_healthy(a, 1.0) for a in seen)
+    key = read_key_file(tmp_path / "server.key")
+    assert len(seen) == 2 and not any(is_healthy(a, 1.0, key=key) for a in seen)
 
 
 def test_servers_die_with_a_launcher_killed_outright(tmp_path):

@@ -117,10 +117,13 @@ def test_sigint_while_waiting_cancels_the_job(no_slurm_env, monkeypatch):
     monkeypatch.setattr(slurm_module, "EXIT_CODE_GRACE_S", 0.0)
     fake = FakeSlurm(polls=100, during=lambda calls: calls == 2 and signal.raise_signal(
         signal.SIGINT))
+    # What was there before, not Python's default: a shell's background job starts with SIGINT
+    # ignored.
+    before = signal.getsignal(signal.SIGINT)
     with pytest.raises(SlurmJobFailed) as e:
         submit_and_wait(_cfg("runs/x"), poll_s=0.01, commands=fake)
     assert fake.cancelled == ["42"] and e.value.exit_code == 130
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
+    assert signal.getsignal(signal.SIGINT) is before  # restored
 
 
 def test_squeue_failing_now_and_then_is_retried(no_slurm_env):
@@ -208,6 +211,7 @@ def _metrics_steps(path: Path) -> list[int]:
     return [json.loads(line)["training_step"] for line in lines if line.endswith("}")]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_the_tiny_config_trains_under_the_slurm_launcher(local_slurm, tmp_path):
     pytest.importorskip("vllm", reason="the inference server is vLLM's", exc_type=ImportError)
@@ -232,6 +236,7 @@ def test_the_tiny_config_trains_under_the_slurm_launcher(local_slurm, tmp_path):
     _assert_nothing_left(_job_id(log))
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_a_server_step_killed_mid_run_stops_the_job_naming_it_with_the_state_saved(
         local_slurm, tmp_path):
@@ -260,8 +265,51 @@ def test_a_server_step_killed_mid_run_stops_the_job_naming_it_with_the_state_sav
     text = log.read_text(errors="replace")
     assert rc == 4, text[-4000:]  # the trainer's EngineLost, as the job's exit code
     trainer_log = (out / "slurm" / "trainer.log").read_text(errors="replace")
-    assert f"http://{local_slurm}:{port}" in trainer_log and "training state" in trainer_log
+    # The server was reached at its node's address as Slurm knows it (NodeAddr).
+    node_addr = subprocess.run(["scontrol", "show", "node", "-o", local_slurm],
+                               capture_output=True, text=True).stdout
+    addr = next((f.split("=", 1)[1] for f in node_addr.split() if f.startswith("NodeAddr=")),
+                local_slurm)
+    assert f"http://{addr}:{port}" in trainer_log and "training state" in trainer_log
     states = list_states(out / "state")
     assert states and verify_state(states[-1]) is None, states
     assert (out / "slurm" / "exit_code").read_text().strip() == "4"
     _assert_nothing_left(job_id)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_two_learner_tasks_under_slurm_give_the_local_launchers_losses(local_slurm, tmp_path):
+    """`distributed.num_learners_per_node=[2]` under the Slurm launcher: one srun step of two
+    learner tasks (ranks 0 and 1, one rendezvous) beside the server step, with the losses of
+    the local launcher's two ranks on the same kind of server."""
+    pytest.importorskip("vllm", reason="the inference server is vLLM's", exc_type=ImportError)
+    two = ["distributed.num_learners_per_node=[2]", "distributed.collective_timeout_s=120",
+           "algorithm.filter_zero_std_samples=false", "eval.local_eval_every=0",
+           "model.num_threads=1", "checkpoint.save_freq=0"]
+    runs = {}
+    for launcher in ("slurm", "local"):
+        out, log = tmp_path / launcher, tmp_path / f"{launcher}.log"
+        proc = _rlvr(["train", TINY, f"distributed.launcher={launcher}", *two,
+                      *_real_overrides(out, free_port())], log)
+        try:
+            rc = proc.wait(timeout=REAL_RUN_TIMEOUT_S)
+        finally:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)  # cancels the job, or stops the local run
+                proc.wait(timeout=180)
+        assert rc == 0, log.read_text(errors="replace")[-4000:]
+        runs[launcher] = [json.loads(line) for line in
+                          (out / "metrics.jsonl").read_text().splitlines()][1:]
+    slurm_dir = tmp_path / "slurm" / "slurm"
+    script = (slurm_dir / "job.sbatch").read_text()
+    assert "--ntasks=2 --ntasks-per-node=2" in script and "--kill-on-bad-exit=1" in script
+    trainer_log = (slurm_dir / "trainer.log").read_text()
+    assert f"learner ranks on hosts: 0:{local_slurm}, 1:{local_slurm}" in trainer_log
+    assert (slurm_dir / "exit_code").read_text().strip() == "0"
+    _assert_nothing_left(_job_id(tmp_path / "slurm.log"))
+    assert len(runs["slurm"]) == len(runs["local"]) == 3
+    for a, b in zip(runs["slurm"], runs["local"]):
+        for key in ("loss/policy_avg", "loss/kl_avg", "optim/grad_norm", "episode",
+                    "objective/verifiable_reward"):
+            assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-6), (key, a, b)

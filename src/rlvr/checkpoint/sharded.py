@@ -2,8 +2,8 @@
 `torch.distributed.checkpoint` (DCP), so no rank ever holds the whole model or optimizer.
 
 What it is: two functions over a policy, its optimizer and an optional frozen reference, plus
-`extra`, small picklable values (the LR scheduler's state, a step number) that rank 0 writes
-once. What it is not: it knows no config, no trainer and no file layout beyond its own
+`extra`, small plain values (the LR scheduler's state, a step number) that rank 0 writes
+once; everything is read back as data only (`rlvr.checkpoint.safe_load`). What it is not: it knows no config, no trainer and no file layout beyond its own
 directory; `rlvr.checkpoint.state` puts it inside a training state.
 
 - Resharding: DCP records each tensor's global shape and which slice each rank wrote, and on
@@ -44,7 +44,7 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model
                                                      set_optimizer_state_dict)
 
 from rlvr.checkpoint.atomic import fresh_tmp_dir, publish_dir
-from rlvr.device import HOST
+from rlvr.checkpoint.safe_load import SafeFileSystemReader, load_data, restricted_unpickle
 
 EXTRA = "extra.pt"  # rank 0's small values, next to DCP's `.metadata` and `__<rank>_0.distcp`
 METADATA = ".metadata"
@@ -94,12 +94,19 @@ def load_sharded(directory: Path, policy: torch.nn.Module, optimizer: torch.opti
         if not (directory / name).is_file():
             raise FileNotFoundError(f"{directory} holds no sharded learner state ({name} is "
                                     "missing); is it on a filesystem this rank can read?")
-    meta = torch.load(directory / EXTRA, map_location=HOST, weights_only=False)
+    # Data only: tensors and plain values; the index DCP would unpickle is read as data first
+    # (a clear error here, rather than one DCP wraps), and by DCP's reader below.
+    restricted_unpickle((directory / METADATA).read_bytes(), str(directory / METADATA))
+    meta = load_data(directory / EXTRA)
+    if not isinstance(meta, dict) or not {"extra", "optimizer_fresh", "has_reference"} <= set(meta):
+        raise ValueError(f"{directory / EXTRA} is not the record of a sharded learner state")
     with_reference = reference if meta["has_reference"] else None
     # Templates to load into: each rank's shards, laid out for THIS run's sharding; DCP fills
     # them from whichever saved slices overlap (getting the optimizer's gives it a zero step).
     state = _state_dicts(policy, optimizer, with_reference)
-    _dcp(dcp.load, state, directory, _distributed())
+    # DCP's own reader unpickles its index file; this one reads it as data (`safe_load`).
+    _dcp(dcp.load, state, directory, _distributed(),
+         storage_reader=SafeFileSystemReader(directory))
     # The optimizer before the weights, in case setting it steps it (at zero learning rate).
     set_optimizer_state_dict(policy, optimizer, state["optimizer"], options=SHARDED)
     if meta["optimizer_fresh"]:
@@ -125,7 +132,7 @@ def _distributed() -> bool:
 
 
 def _dcp(call: Callable[..., Any], state: dict[str, Any], directory: Path,
-         distributed: bool) -> None:
+         distributed: bool, **kwargs: Any) -> None:
     """`dcp.save` / `dcp.load`. DCP's failures are `CheckpointException`s, which derive from
     BaseException (an `except Exception` would miss them): raised here as RuntimeError, on
     every rank alike (DCP gathers each rank's error)."""
@@ -133,7 +140,7 @@ def _dcp(call: Callable[..., Any], state: dict[str, Any], directory: Path,
         # One process without a process group is meant (a state resumed by one process).
         warnings.filterwarnings("ignore", message=".*assuming the intent is to .* single process")
         try:
-            call(state, checkpoint_id=directory, no_dist=not distributed)
+            call(state, checkpoint_id=directory, no_dist=not distributed, **kwargs)
         except CheckpointException as e:
             raise RuntimeError(f"sharded checkpoint in {directory}: {e}") from e
 

@@ -1,9 +1,11 @@
 """The driver's handle on N learner ranks, with the surface the trainer uses from `Learner`.
 
 `update` splits the batch across ranks (`balance`), runs every rank's share, and combines the
-per-rank `UpdateResult`s into one that reads like a single process's. Two backends:
+per-rank `UpdateResult`s into one that reads like a single process's. Three backends:
 - "local": one `LearnerWorker` in this process, no Ray (the embedded default, one learner).
 - "ray": one Ray actor per rank, placed by a placement group, joined in one gloo group.
+- "ranks": processes a launcher started (the local launcher, torchrun, srun), joined by
+  torch.distributed; this process is rank 0 and drives the others (`rlvr.distributed.ranks`).
 
 Failures are loud and bounded in time (`actor_calls.ActorGroup`, with the ranks as collective
 peers). A rank that raises, or whose process dies, fails the call: the driver waits briefly for
@@ -25,18 +27,19 @@ from typing import Any, Iterator
 
 import torch
 
-from rlvr.algorithm.losses import LossParams
+from rlvr.algorithm.losses import LossParams, PolicyLoss
 from rlvr.distributed.actor_calls import ActorGroup
 from rlvr.distributed.balance import split_batch_for_ranks
 from rlvr.distributed.learner_worker import LearnerSpec, LearnerWorker
+from rlvr.distributed.ranks import RankEnv, RankFailure, RankGroup
 from rlvr.distributed.ray_session import ensure_ray, thread_env
 from rlvr.learner import UpdateResult
-from rlvr.learner.learner import accumulate_sums
+from rlvr.learner.learner import MiniBatch, accumulate_sums
 from rlvr.types import PackedBatch
 
 log = logging.getLogger(__name__)
 
-BACKENDS = ("local", "ray")
+BACKENDS = ("local", "ray", "ranks")
 
 
 class LearnerGroupError(RuntimeError):
@@ -72,18 +75,20 @@ class LearnerGroup:
     def __init__(self, spec: LearnerSpec, num_learners: int = 1, backend: str = "local",
                  ray_address: str | None = None, cpus_per_learner: float = 1.0,
                  learners_per_node: list[int] | None = None, worker_cls: type = LearnerWorker,
-                 gpus_per_learner: float = 0.0):
+                 gpus_per_learner: float = 0.0, rank_env: "RankEnv | None" = None):
         """`ray_address`: an existing cluster ("auto", "ray://host:10001", "host:6379"); None
         uses the Ray session already initialised in this process, else starts a small local
         one. `learners_per_node`: how many ranks each node runs (default: all on one node);
         ranks are numbered node by node. `worker_cls`: a LearnerWorker subclass (tests inject
         faults). `gpus_per_learner`: GPUs each rank's actor asks Ray for (1 on a GPU
-        cluster; Ray then shows each actor only its own through CUDA_VISIBLE_DEVICES)."""
+        cluster; Ray then shows each actor only its own through CUDA_VISIBLE_DEVICES).
+        `rank_env`: the "ranks" backend's place in the ranks (this process is rank 0; default:
+        from the environment torchrun defines)."""
         if backend not in BACKENDS:
             raise ValueError(f"backend '{backend}' is not one of {BACKENDS}")
         if backend == "local" and num_learners != 1:
             raise ValueError(f"the local backend runs one learner, not {num_learners}; "
-                             "use backend='ray'")
+                             "use backend='ranks' or 'ray'")
         self.spec, self.num_learners, self.backend = spec, num_learners, backend
         self.learners_per_node = list(learners_per_node or [num_learners])
         if sum(self.learners_per_node) != num_learners:
@@ -95,9 +100,12 @@ class LearnerGroup:
         self.gpus_per_learner = gpus_per_learner
         self._local: LearnerWorker | None = None  # the local backend's one rank
         self._actors: ActorGroup | None = None  # the Ray backend's ranks
+        self._ranks: RankGroup | None = None  # the ranks backend's
         if backend == "local":
             self._local = worker_cls(spec, 0, 1)
             self._local.setup(None)
+        elif backend == "ranks":
+            self._start_ranks(rank_env, worker_cls)
         else:
             self._start_ray_workers(ray_address, cpus_per_learner, worker_cls)
 
@@ -108,12 +116,26 @@ class LearnerGroup:
         """One step over `batch` on all ranks. `num_micro_batches` cuts the whole batch as on
         one process (each rank runs ceil(M / N)); `loss_params.denominator` must be the whole
         batch's count."""
+        return self.update_mini_batches(
+            [MiniBatch(batch, PolicyLoss(loss_name, loss_params), num_micro_batches)],
+            num_epochs, temperature)
+
+    def update_mini_batches(self, mini_batches: list[MiniBatch], num_epochs: int,
+                            temperature: float) -> UpdateResult:
+        """One optimizer step per mini-batch on all ranks (`Learner.update_mini_batches`). Each
+        mini-batch is split across the ranks on its own (`balance`), so every rank takes part in
+        every step; its `num_micro_batches` cuts it as on one process. Each loss must be a
+        `PolicyLoss` whose denominator counts its whole mini-batch."""
         start = time.perf_counter()
-        split = split_batch_for_ranks(batch, self.num_learners, num_micro_batches,
-                                      self.spec.settings.max_tokens_per_micro_batch)
-        results = self._call("update", [
-            (part, loss_name, loss_params, split.num_micro_batches, num_epochs, temperature)
-            for part in split.parts])
+        budget = self.spec.settings.max_tokens_per_micro_batch
+        per_rank: list[list[MiniBatch]] = [[] for _ in range(self.num_learners)]
+        for mb in mini_batches:
+            split = split_batch_for_ranks(mb.batch, self.num_learners, mb.num_micro_batches,
+                                          budget)
+            for rank, part in enumerate(split.parts):
+                per_rank[rank].append(MiniBatch(part, mb.loss, split.num_micro_batches))
+        results = self._call("update_mini_batches",
+                             [(parts, num_epochs, temperature) for parts in per_rank], "update")
         return combine_results(results, seconds=time.perf_counter() - start)
 
     def skip_update(self, num_epochs: int) -> None:
@@ -167,6 +189,9 @@ class LearnerGroup:
             self._local = None
         if self._actors is not None:
             self._actors.kill()
+        if self._ranks is not None:
+            self._ranks.close()
+            self._ranks = None
         self._remove_placement_group()  # in case placement failed before any actor started
 
     def __enter__(self) -> "LearnerGroup":
@@ -177,14 +202,44 @@ class LearnerGroup:
 
     # ---- running calls on every rank -----------------------------------------------------
 
-    def _call(self, method: str, args_per_rank: list[tuple | None]) -> list[Any]:
-        """`method` on every rank with its arguments; None skips a rank (not for collectives)."""
+    def _call(self, method: str, args_per_rank: list[tuple | None],
+              what: str | None = None) -> list[Any]:
+        """`method` on every rank with its arguments; None skips a rank (not for collectives).
+        `what` names the call in errors (default: `method`)."""
         if self._actors is not None:
-            return self._actors.call(method, args_per_rank)
+            return self._actors.call(method, args_per_rank, what)
+        if self._ranks is not None:
+            try:
+                return self._ranks.call(method, args_per_rank)
+            except RankFailure as e:
+                raise LearnerGroupError(str(e)) from e
         if self._local is None:
             raise LearnerGroupError("the learner group is closed")
         return [getattr(self._local, method)(*args) for args in args_per_rank
                 if args is not None]
+
+    # ---- ranks a launcher started -------------------------------------------------------
+
+    def _start_ranks(self, env: "RankEnv | None", worker_cls: type) -> None:
+        """Join the ranks as rank 0 (blocks until all have joined, or the timeout) and set
+        every rank up. The followers must run the same config (`rlvr train` on every rank)."""
+        env = env or RankEnv.from_environ()
+        if env is None or env.world_size != self.num_learners:
+            have = "no torch.distributed environment" if env is None else \
+                f"WORLD_SIZE={env.world_size}"
+            raise LearnerGroupError(
+                f"{self.num_learners} learner ranks need their processes started by a launcher "
+                f"(`rlvr train` with distributed.launcher=local or slurm, torchrun "
+                f"--nproc-per-node, or srun), but this process has {have}")
+        try:
+            self._ranks = RankGroup(self.spec, env, worker_cls)
+        except Exception as e:  # a rank that never joined, a port taken: the same error type
+            raise LearnerGroupError(f"the {self.num_learners} learner ranks could not join at "
+                                    f"{env.master_addr}:{env.master_port}: {e}") from e
+        self.rank_nodes = list(self._ranks.hosts)
+        self._call("setup", [(None,)] * self.num_learners)
+        log.info("learner ranks on hosts: %s", ", ".join(
+            f"{rank}:{host}" for rank, host in enumerate(self.rank_nodes)))
 
     # ---- Ray plumbing --------------------------------------------------------------------
 
@@ -234,9 +289,9 @@ class LearnerGroup:
             for rank, (node, res) in enumerate(zip(self.rank_nodes, self.rank_resources))))
 
     def _remove_placement_group(self) -> None:
-        import ray
-
         if self._placement_group is not None:
+            import ray  # only Ray's backend holds one: the others close where Ray is absent
+
             ray.util.remove_placement_group(self._placement_group)
             self._placement_group = None
 

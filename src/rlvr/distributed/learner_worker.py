@@ -1,8 +1,10 @@
 """One learner rank: joins the process group, loads and shards the policy, runs updates.
 
-`LearnerWorker` is a plain class. The local launcher runs one in the driver process; the Ray
-launcher wraps it with `ray.remote(LearnerWorker)` (`rlvr.distributed.learner_group`). Either way
-its methods are called on every rank in the same order: `update`, `named_full_weights`,
+`LearnerWorker` is a plain class. The local launcher runs one in the driver process (one
+learner) or one in each rank's process (several: `rlvr.distributed.ranks`, as under torchrun or
+srun); the Ray launcher wraps it with `ray.remote(LearnerWorker)`
+(`rlvr.distributed.learner_group`). Either way its methods are called on every rank in the same
+order: `update`, `named_full_weights`,
 `state_dict` and `load_state_dict` are collectives and would time out (not hang) if a rank
 skipped one.
 
@@ -22,14 +24,16 @@ import torch
 from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
 from rlvr.algorithm.losses import LossParams, PolicyLoss
-from rlvr.device import bind, keep_freed_host_memory, resolve_device
+from rlvr.device import (bind, check_one_gpu_per_rank, keep_freed_host_memory,
+                         resolve_device)
 from rlvr.distributed.ray_session import actor_resources, free_endpoint
 from rlvr.distributed.sharding import (ShardingMode, full_weight_layout,
                                        gather_full_state_dict, iter_full_weights, reshard,
                                        shard_policy, sharded_forward_logprobs)
 from rlvr.distributed.world import DEFAULT_TIMEOUT_S, World, destroy_world, init_world
 from rlvr.learner import Learner, LearnerSettings, LearnerState, UpdateResult
-from rlvr.learner.learner import LossFn, load_optimizer_state_by_name, load_policy_state_by_name
+from rlvr.learner.learner import (LossFn, MiniBatch, load_optimizer_state_by_name,
+                                 load_policy_state_by_name)
 from rlvr.learner.lora import (LoraSettings, adapter_scales, is_lora, merge_adapter_weights,
                                merged_layout, wrap_lora)
 from rlvr.models import load_causal_lm
@@ -100,11 +104,12 @@ class LearnerWorker:
         bind(self.device)
         if spec.keep_host_memory:
             keep_freed_host_memory()
-        if self.world_size == 1:
-            self.world = World.single()
-        else:
-            self.world = init_world(self.rank, self.world_size, init_method,
-                                    self.device.backend, timeout_s=spec.timeout_s)
+        if self.world is None:  # ranks a launcher started have joined before (`ranks`)
+            self.world = World.single() if self.world_size == 1 else init_world(
+                self.rank, self.world_size, init_method, self.device.backend,
+                timeout_s=spec.timeout_s)
+        if self.world.is_distributed and self.device.type == "cuda":
+            check_one_gpu_per_rank(self.device, self.world_size)  # before NCCL's first collective
         # The driver ran the load-time model checks on this directory and dtype (rlvr.build).
         policy = load_causal_lm(spec.model_dir, spec.dtype, spec.attn_implementation)
         if spec.lora is not None:  # every rank alike (seeded init), before sharding
@@ -147,6 +152,21 @@ class LearnerWorker:
                              "step (split batches with rlvr.distributed.balance)")
         return self._learner().update(batch_part, self.loss_fn(loss_name, loss_params),
                                       num_micro_batches, num_epochs, temperature)
+
+    def update_mini_batches(self, parts: list[MiniBatch], num_epochs: int,
+                            temperature: float) -> UpdateResult:
+        """This rank's share of each mini-batch (`LearnerGroup.update_mini_batches` splits them
+        so that every rank has the same count of each), one optimizer step per mini-batch. Each
+        loss is a `PolicyLoss` with its mini-batch's GLOBAL count as denominator."""
+        for i, mb in enumerate(parts):
+            if mb.batch.num_rows < mb.num_micro_batches:
+                raise ValueError(f"rank {self.rank}: {mb.batch.num_rows} rows for "
+                                 f"{mb.num_micro_batches} micro-batches in mini-batch {i}; the "
+                                 "ranks would fall out of step (split batches with "
+                                 "rlvr.distributed.balance)")
+        bound = [MiniBatch(mb.batch, self.loss_fn(mb.loss.name, mb.loss.params),
+                           mb.num_micro_batches) for mb in parts]
+        return self._learner().update_mini_batches(bound, num_epochs, temperature)
 
     def skip_update(self, num_epochs: int) -> None:
         """A step without a batch: every rank moves its schedule alike (`Learner.skip_update`)."""

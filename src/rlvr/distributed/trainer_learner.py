@@ -28,7 +28,7 @@ import torch
 from rlvr.algorithm.losses import PolicyLoss
 from rlvr.distributed.engine_group import EngineGroup
 from rlvr.distributed.learner_group import LearnerGroup
-from rlvr.learner import LearnerState, UpdateResult
+from rlvr.learner import LearnerState, MiniBatch, UpdateResult
 from rlvr.learner.lora import engine_weights, is_lora
 from rlvr.rollout.base import RolloutEngine
 from rlvr.types import PackedBatch
@@ -51,6 +51,12 @@ class GroupLearner:
         self._policy_stale = True
         return self.group.update(batch, loss.name, loss.params, num_micro_batches, num_epochs,
                                  temperature)
+
+    def update_mini_batches(self, mini_batches: list[MiniBatch], num_epochs: int,
+                            temperature: float) -> UpdateResult:
+        """Each mini-batch's loss must be a `PolicyLoss` (it travels to the ranks)."""
+        self._policy_stale = True
+        return self.group.update_mini_batches(mini_batches, num_epochs, temperature)
 
     def skip_update(self, num_epochs: int) -> None:
         self.group.skip_update(num_epochs)

@@ -7,12 +7,13 @@ as to any server.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 from contextlib import AbstractContextManager
 from pathlib import Path
 
-from rlvr.config import Config
+from rlvr.config import Config, ConfigError
 from rlvr.rollout.remote_engine import server_addresses
 
 log = logging.getLogger(__name__)
@@ -29,24 +30,55 @@ def with_servers(cfg: Config, addresses: list[str]) -> Config:
 
 
 def launch(cfg: Config):
-    """Train `cfg` (returns the trainer's `Run`); servers started here stop when it ends."""
+    """Train `cfg` (returns the trainer's `Run`); servers started here stop when it ends.
+
+    Under a torch.distributed environment (torchrun, srun, or the ranks `LocalRanks` starts)
+    only rank 0 trains; every other rank serves it (`rlvr.distributed.ranks.follow`) and this
+    returns None there."""
+    from rlvr.distributed.ranks import RankEnv
     from rlvr.trainer import train
 
+    env = RankEnv.from_environ()
+    if env is not None and env.rank != 0:
+        return _follow(cfg, env)
     launcher = cfg.distributed.launcher
     if launcher == "slurm" and needs_servers(cfg):
         from rlvr.launch.slurm import submit_and_wait
 
         return submit_and_wait(cfg)  # the job's trainer step runs `launch` again, with servers
-    if not needs_servers(cfg):
-        return train(cfg)
-    with _start_servers(cfg) as servers:
-        return train(with_servers(cfg, servers.addresses))
+    with _learner_ranks(cfg, env):
+        if not needs_servers(cfg):
+            return train(cfg)
+        with _start_servers(cfg) as servers:
+            return train(with_servers(cfg, servers.addresses))
+
+
+def _learner_ranks(cfg: Config, env) -> AbstractContextManager:
+    """The local launcher's ranks 1..N-1 (`LocalRanks`) when the run has several learners and
+    nobody started them (torchrun and srun do)."""
+    if cfg.world_size == 1 or env is not None or cfg.distributed.launcher == "ray":
+        return contextlib.nullcontext()
+    from rlvr.launch.local_ranks import LocalRanks
+
+    return LocalRanks(cfg)
+
+
+def _follow(cfg: Config, env) -> None:
+    from rlvr.distributed.ranks import follow
+
+    if env.world_size != cfg.world_size:
+        raise ConfigError(f"distributed.num_learners_per_node="
+                          f"{list(cfg.distributed.num_learners_per_node)} is {cfg.world_size} "
+                          f"learners, but WORLD_SIZE={env.world_size}")
+    follow(cfg.model.device, cfg.distributed.collective_timeout_s, env)
+    return None
 
 
 def _start_servers(cfg: Config) -> AbstractContextManager:
     from rlvr.device import resolve_device
     from rlvr.launch.servers import LocalServers, server_settings
     from rlvr.models import resolve_model_dir
+    from rlvr.serving.auth import prepare_run_key
 
     r = cfg.rollout
     model_dir = resolve_model_dir(cfg.model.name_or_path)
@@ -58,11 +90,12 @@ def _start_servers(cfg: Config) -> AbstractContextManager:
     here = resolve_device(cfg.model.device)
     device = here.type
     settings = server_settings(cfg, model_dir, device, here.bf16_compute(cfg.model.bf16_autocast))
-    if device == "cuda":  # ---- GPU only: the learner keeps GPU 0, each server tp of its own
+    key = prepare_run_key(cfg.experiment.output_dir)  # <output_dir>/server.key: the trainer's
+    if device == "cuda":  # ---- GPU only: the learners keep GPUs 0..N-1, each server tp of its own
+        first, tp = cfg.world_size, r.vllm_tensor_parallel_size
         return LocalServers(settings, r.num_servers, log_dir, r.server_port,
-                            r.server_startup_timeout_s,
-                            visible_devices=[",".join(str(1 + i * r.vllm_tensor_parallel_size + k)
-                                                      for k in range(r.vllm_tensor_parallel_size))
+                            r.server_startup_timeout_s, key=key,
+                            visible_devices=[",".join(str(first + i * tp + k) for k in range(tp))
                                              for i in range(r.num_servers)])
     return LocalServers(settings, r.num_servers, log_dir, r.server_port,
-                        r.server_startup_timeout_s)
+                        r.server_startup_timeout_s, key=key)

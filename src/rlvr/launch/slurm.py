@@ -34,6 +34,7 @@ from rlvr.checkpoint.atomic import write_text_atomic
 from rlvr.config import Config, to_yaml
 from rlvr.interrupts import SlurmJobFailed
 from rlvr.launch.slurm_script import JobFiles, batch_script, job_layout
+from rlvr.serving.auth import prepare_run_key
 
 log = logging.getLogger(__name__)
 
@@ -99,21 +100,27 @@ def submit_and_wait(cfg: Config, poll_s: float = 5.0,
 
 
 def prepare(cfg: Config, python: str = "", workdir: str = "") -> tuple[JobFiles, str]:
-    """Write the resolved config (paths made absolute: the steps may start elsewhere) and the
-    batch script under `<output_dir>/slurm/`; (its files, the script's text)."""
+    """Check the run's input as the trainer will (`rlvr.build.check_run_inputs`), then write
+    the resolved config (paths made absolute: the steps may start elsewhere) and the
+    batch script under `<output_dir>/slurm/`, and the run's server key (`<output_dir>/server.key`,
+    0600), which the script names; (its files, the script's text)."""
+    from rlvr.build import check_run_inputs
     from rlvr.models import resolve_model_dir
 
     cfg = _absolute_paths(cfg)
+    check_run_inputs(cfg)  # bad input fails here, before the job's files are written
     files = JobFiles(Path(cfg.experiment.output_dir) / "slurm")
-    files.dir.mkdir(parents=True, exist_ok=True)
     model_dir = resolve_model_dir(cfg.model.name_or_path)  # built-ins are written here, once
     if Path(model_dir).exists():
         model_dir = str(Path(model_dir).resolve())
+    # Checks every value the script holds (ConfigError) before anything of the run is written.
     script = batch_script(cfg, job_layout(cfg), files, model_dir,
                           python or cfg.distributed.slurm.python or sys.executable,
                           workdir or os.getcwd())
+    files.dir.mkdir(parents=True, exist_ok=True)
     write_text_atomic(files.config, to_yaml(cfg))
     write_text_atomic(files.script, script)
+    prepare_run_key(cfg.experiment.output_dir)  # the file the script names; 0600
     files.exit_code.unlink(missing_ok=True)  # an earlier job's must not be read as this one's
     return files, script
 

@@ -12,6 +12,14 @@ What it is not: it does not decide what is too stale (`producer.staleness`, appl
 trainer, which knows the policy version) or when weights move (the trainer pushes them after
 each update; the engine loads them between calls, or between tokens with `inflight_updates`).
 
+Exact resume: `mark()` (the trainer passes the mixer's state) is recorded before each batch is
+made, and `ahead()` gives what a training state must hold to continue the same run: the batches
+made and not yet taken (with the policy versions in their samples) and the mark where the first
+batch not yet made starts; a resumed producer gets those batches back (`made`) and hands them
+out first. Batches are made with the weights of their time, so a batch in the making is waited
+for (`ahead(wait=True)`), not dropped: made again after a resume, with newer weights, it would
+differ. `rlvr.producer.ahead_state` writes them as JSON.
+
 Why a thread, not a process: the engine and the learner share this process's memory (the
 colocated default), and both spend their time in torch ops that release the GIL.
 Shutdown: `close()` stops the thread at its next check; a `produce` that raises re-raises in
@@ -24,7 +32,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Generic, TypeVar
+from typing import Any, Callable, Generic, Sequence, TypeVar
 
 
 T = TypeVar("T")
@@ -34,19 +42,45 @@ T = TypeVar("T")
 class Produced(Generic[T]):
     item: T
     seconds: float  # time `produce` took
+    mark: Any = None  # what `mark()` returned just before it was made
+
+
+@dataclass
+class Ahead(Generic[T]):
+    """What the producer holds ahead of the trainer, for a training state."""
+
+    made: list[Produced[T]]  # made, not yet taken, oldest first
+    mark: Any  # `mark()` where the first batch not in `made` starts
+    complete: bool  # False: a batch was being made, and a resume will make it again
+    failed: bool = False  # the producer raised: `made` holds what came before
 
 
 class RolloutProducer(Generic[T]):
-    def __init__(self, produce: Callable[[], T], async_steps: int):
+    def __init__(self, produce: Callable[[], T], async_steps: int,
+                 mark: Callable[[], Any] | None = None, made: Sequence[Produced[T]] = ()):
+        """`mark()` is called in the producer thread before each `produce()`; `made`: batches
+        a resumed run had made ahead (at most `async_steps`), handed out first."""
         if async_steps < 1:
             raise ValueError("a producer thread needs async_steps >= 1; 0 runs inline")
+        if len(made) > async_steps:
+            raise ValueError(f"{len(made)} batches made ahead, more than async_steps="
+                             f"{async_steps}")
         self._produce = produce
+        self._mark = mark
+        self.async_steps = async_steps
         # A slot is taken BEFORE generating and freed when the trainer takes a batch, so at most
         # `async_steps` batches exist ahead of the trainer, finished or in progress. Bounding
         # only the finished ones would let the producer hold one more batch made with old
         # weights while it waits, one version staler than the bound: dropped, generation wasted.
-        self._slots = threading.Semaphore(async_steps)
+        self._slots = threading.Semaphore(async_steps - len(made))
         self._queue: queue.Queue[Produced[T] | BaseException] = queue.Queue()
+        for batch in made:
+            self._queue.put(batch)
+        # Held while a batch's mark is taken and while it enters the queue, so `ahead()` sees
+        # either a batch in the making (with its mark) or none and the mark of the next.
+        self._lock = threading.Lock()
+        self._making = False
+        self._making_mark: Any = None
         self._stop = threading.Event()
         self._blocked_s = 0.0  # total time the producer waited for a free slot (the trainer)
         self._reported_blocked_s = 0.0
@@ -56,14 +90,21 @@ class RolloutProducer(Generic[T]):
 
     def _run(self) -> None:
         while self._take_slot():
+            with self._lock:
+                mark = self._mark() if self._mark is not None else None
+                self._making, self._making_mark = True, mark
             try:
                 start = time.perf_counter()
                 item = self._produce()
                 made = time.perf_counter()
             except BaseException as e:  # noqa: BLE001  handed to the trainer, which re-raises
-                self._queue.put(e)
+                with self._lock:
+                    self._queue.put(e)
+                    self._making = False
                 return
-            self._queue.put(Produced(item, made - start))
+            with self._lock:
+                self._queue.put(Produced(item, made - start, mark))
+                self._making = False
 
     def _take_slot(self) -> bool:
         """Wait until fewer than `async_steps` batches are ahead; False once stopped."""
@@ -111,6 +152,30 @@ class RolloutProducer(Generic[T]):
             raise RuntimeError("rollout generation failed") from value
         self._slots.release()  # the producer may start the next batch, with current weights
         return value, time.perf_counter() - start
+
+    def ahead(self, wait: bool = True, should_stop: Callable[[], bool] | None = None) -> Ahead[T]:
+        """The batches made and not yet taken, and the mark of the next. With `wait`, first
+        waits until every slot holds a finished batch (the producer then waits for the
+        trainer), so that no batch is half made; `should_stop()` turning true, or the producer
+        ending, cuts the wait short (the result then says it is not complete)."""
+        while wait and not self._full() and self._thread.is_alive():
+            if should_stop is not None and should_stop():
+                break
+            time.sleep(0.05)
+        with self._lock:
+            queued = list(self._queue.queue)
+            made = [q for q in queued if isinstance(q, Produced)]
+            failed = len(made) < len(queued)
+            if self._making:
+                mark, complete = self._making_mark, False
+            else:
+                mark = self._mark() if self._mark is not None else None
+                complete = not failed
+        return Ahead(made, mark, complete, failed)
+
+    def _full(self) -> bool:
+        with self._lock:
+            return not self._making and self._queue.qsize() >= self.async_steps
 
     def close(self, timeout_s: float = 60.0) -> None:
         """Stop producing; waits for the batch in progress to finish (up to `timeout_s`)."""

@@ -95,7 +95,7 @@ def main() -> None:
         for _ in range(args.updates + 1):  # the first of each is the warm-up (or the compile)
             for name, learner in learners.items():
                 start = time.perf_counter()
-                learner.update(batch, loss, cfg.algorithm.num_mini_batches, 1, 1.0)
+                learner.update(batch, loss, cfg.gradient_accumulation_steps, 1, 1.0)
                 times[name].append(time.perf_counter() - start)
         again = measure_peak()
         peak = max(peak, again)

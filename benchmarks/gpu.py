@@ -1,36 +1,66 @@
-"""Learner speed and memory on whatever device runs it: seconds per update, tokens per second,
-MFU and peak memory, for a model of a real shape built from its config (random weights, no
-download), in the precision a GPU run uses (fp32 master weights, bf16 compute).
+"""Learner speed and memory on whatever device runs it, for models of real shapes built from
+their configs (random weights, no download), compared across settings in one process: seconds
+per update, tokens per second, MFU against the device's measured bf16 matmul peak and against
+its datasheet, and peak memory.
 
-    python benchmarks/gpu.py                                   # Qwen2.5-1.5B's shape on CUDA
-    python benchmarks/gpu.py --shape qwen2.5-0.5b --tokens 8192 --steps 5
-    python benchmarks/gpu.py --model /path/to/hf-dir           # real weights from a directory
-    python benchmarks/gpu.py --shape tiny --device cpu         # checks the script itself here
+    python benchmarks/gpu.py                                  # Qwen2.5-1.5B's shape, the defaults
+    python benchmarks/gpu.py --shape qwen2.5-1.5b --setting sdpa-shared-ckpt --setting varlen \\
+        --setting varlen-mb8k --setting varlen-mb8k-compile --out runs/gpu.jsonl
+    python benchmarks/gpu.py --shape qwen2.5-7b --setting varlen-ckpt-bf16w
+    python benchmarks/gpu.py --device cpu --shape tiny --tokens 2048 --steps 1   # a dry run
 
-Each update is a DAPO step over packed rows of `--pack-length` tokens, `--tokens` in all, with
-random responses making up half of every sequence; `--max-tokens-per-micro-batch` cuts it as
-`algorithm.max_tokens_per_micro_batch` does. The first update (allocator warm-up, kernel
-selection) is not counted. MFU uses `rlvr.metrics.default_peak_flops` for the device (bf16
-dense peak of A100/H100/H200/L40) unless `--peak-tflops` is given. Generation speed is
-`benchmarks/generation.py`'s job.
+A setting is a name made of dash-separated words, applied to the learner as the config would:
+  auto | sdpa | eager | flex | varlen | flash_attention_2   model.attn_implementation
+  shared | whole                  algorithm.share_prompts true | false (default: the layout
+                                   `packed_layout` resolves for the attention and device)
+  ckpt | ckptN                     gradient checkpointing of every layer | every Nth layer
+                                   (transformers' `every_n_layers`, where it has it)
+  compile                          model.compile (each decoder layer, inductor by default)
+  mbNk | mbN                       algorithm.max_tokens_per_micro_batch = N*1024 | N
+  bf16w                            model.dtype=bfloat16 (weights and AdamW state in bf16; else
+                                   fp32 master weights with bf16 autocast)
+e.g. `varlen-mb8k-compile`. Each setting gets a fresh model and learner and reports a line and,
+with --out, a JSON record appended as soon as it is measured (a timeout keeps what was done).
+
+The update is a DAPO step over groups of `--group-size` samples sharing a prompt (prompts of
+up to `--prompt-tokens`, responses of a quarter to all of `--response-tokens`), `--tokens`
+sequence tokens in all, packed into rows of `--pack-length`. The same sequences are used for
+every setting, so seconds per update compare layouts that run different token counts. The first
+update (two with compile: allocator warm-up, kernel selection, compilation) is not counted.
+
+FLOPs (`rlvr.metrics.throughput.update_flops`): 6 per decoder weight per token run, 6 H V per
+response token for the output projection (the learner computes no other logits), and 12 x
+heads x head_dim per attended (query, key) pair per layer, pairs counted from positions (what a
+varlen kernel computes; a dense mask's extra pairs are not work). Recomputation (checkpointing,
+the chunked head's backward) is not counted. The measured peak is the best of 8192^3 bf16
+matmuls (`measure_matmul_flops`); the datasheet's is the dense bf16 figure
+(`datasheet_peak_flops`). Generation speed is `benchmarks/generation.py`'s job.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
+import gc
+import inspect
+import json
 import random
+import re
 import statistics
+import sys
 import time
+import traceback
+from dataclasses import asdict, dataclass
 
 import torch
 
 # Model shapes from their published configs (hidden, layers, heads, kv heads, MLP, vocab).
 SHAPES = {
-    "qwen2.5-1.5b": dict(hidden_size=1536, num_hidden_layers=28, num_attention_heads=12,
-                         num_key_value_heads=2, intermediate_size=8960, vocab_size=151936,
-                         tie_word_embeddings=True),
     "qwen2.5-0.5b": dict(hidden_size=896, num_hidden_layers=24, num_attention_heads=14,
                          num_key_value_heads=2, intermediate_size=4864, vocab_size=151936,
+                         tie_word_embeddings=True),
+    "qwen2.5-1.5b": dict(hidden_size=1536, num_hidden_layers=28, num_attention_heads=12,
+                         num_key_value_heads=2, intermediate_size=8960, vocab_size=151936,
                          tie_word_embeddings=True),
     "qwen2.5-7b": dict(hidden_size=3584, num_hidden_layers=28, num_attention_heads=28,
                        num_key_value_heads=4, intermediate_size=18944, vocab_size=152064,
@@ -39,108 +69,268 @@ SHAPES = {
                  num_key_value_heads=2, intermediate_size=128, vocab_size=512,
                  tie_word_embeddings=True),
 }
+ATTENTIONS = ("auto", "sdpa", "eager", "flex", "varlen", "flash_attention_2")
 
 
-def build_model(args: argparse.Namespace) -> torch.nn.Module:
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    attention: str = "auto"
+    share_prompts: bool | None = None
+    checkpoint_every: int = 0  # 0: no activation checkpointing
+    compile: bool = False
+    max_tokens_per_micro_batch: int | None = None  # None: the command line's
+    bf16_weights: bool = False
+
+
+def parse_setting(name: str) -> Setting:
+    """A `Setting` from its name (see the module docstring); ValueError for an unknown word."""
+    fields: dict = {"name": name}
+    for word in name.split("-"):
+        if word in ATTENTIONS:
+            fields["attention"] = word
+        elif word in ("shared", "whole"):
+            fields["share_prompts"] = word == "shared"
+        elif m := re.fullmatch(r"ckpt(\d*)", word):
+            fields["checkpoint_every"] = int(m.group(1) or 1)
+        elif word == "compile":
+            fields["compile"] = True
+        elif m := re.fullmatch(r"mb(\d+)(k?)", word):
+            fields["max_tokens_per_micro_batch"] = int(m.group(1)) * (1024 if m.group(2) else 1)
+        elif word == "bf16w":
+            fields["bf16_weights"] = True
+        else:
+            raise ValueError(f"setting {name!r}: unknown word {word!r}")
+    return Setting(**fields)
+
+
+def build_model(args: argparse.Namespace, attention: str, device: torch.device,
+                bf16_weights: bool) -> torch.nn.Module:
+    """A model of `args.shape` with random weights, built on `device` (no host copy), or
+    `args.model`'s weights."""
+    from rlvr.learner.attention import CONFIG_NAMES, register_varlen_attention
     from rlvr.models import load_causal_lm
 
+    dtype = "bfloat16" if bf16_weights else "float32"
     if args.model:
-        return load_causal_lm(args.model, "float32", attn_implementation=args.attn)
+        return load_causal_lm(args.model, dtype, attention).to(device)
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    hf_name = {"flex": "flex_attention"}.get(args.attn, args.attn)
+    register_varlen_attention()
     config = Qwen2Config(**SHAPES[args.shape], max_position_embeddings=32768,
-                         attn_implementation=hf_name)
+                         attn_implementation=CONFIG_NAMES[attention])
     torch.manual_seed(0)
-    return Qwen2ForCausalLM(config)
+    with torch.device(device):
+        model = Qwen2ForCausalLM(config)
+    return model.to(torch.bfloat16) if bf16_weights else model
 
 
-def build_batch(args: argparse.Namespace, vocab_size: int):
-    from rlvr.algorithm.packing import SequenceToPack, pack_sequences
+def build_sequences(args: argparse.Namespace, vocab_size: int) -> list:
+    """Groups of `args.group_size` samples sharing a random prompt, `args.tokens` sequence
+    tokens in all (the same list for every setting)."""
+    from rlvr.algorithm.packing import SequenceToPack
 
     rng = random.Random(0)
     seqs, total = [], 0
     while total < args.tokens:
-        length = rng.randint(args.pack_length // 4, args.pack_length // 2)
-        prompt = [rng.randrange(3, vocab_size) for _ in range(length // 2)]
-        response = [rng.randrange(3, vocab_size) for _ in range(length - len(prompt))]
-        seqs.append(SequenceToPack(prompt, response, [-2.0] * len(response),
-                                   advantage=rng.choice([-1.0, 1.0]), index=len(seqs)))
-        total += length
-    return pack_sequences(seqs, pack_length=args.pack_length, strategy="first_fit_decreasing")
+        prompt = [rng.randrange(3, vocab_size)
+                  for _ in range(rng.randint(args.prompt_tokens // 2, args.prompt_tokens))]
+        for k in range(args.group_size):
+            n = rng.randint(max(args.response_tokens // 4, 1), args.response_tokens)
+            response = [rng.randrange(3, vocab_size) for _ in range(n)]
+            seqs.append(SequenceToPack(prompt, response, [-2.0] * n,
+                                       advantage=1.0 if k % 2 else -1.0, index=len(seqs)))
+            total += len(prompt) + n
+    return seqs
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def enable_checkpointing(model: torch.nn.Module, every: int) -> None:
+    """Activation checkpointing of every `every`-th decoder layer (transformers'
+    `every_n_layers`, where the installed version has it; else of every layer)."""
+    if every <= 0:
+        return
+    options = {"gradient_checkpointing_kwargs": {"use_reentrant": False}}
+    if "every_n_layers" in inspect.signature(model.gradient_checkpointing_enable).parameters:
+        options["every_n_layers"] = every
+    elif every > 1:
+        raise ValueError(f"checkpointing every {every} layers needs transformers' every_n_layers")
+    model.gradient_checkpointing_enable(**options)
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def run_setting(args: argparse.Namespace, setting: Setting, device, seqs: list,
+                peaks: dict[str, float]) -> dict:
+    """One setting measured: a fresh model and learner, warm-up updates, then timed ones."""
+    from rlvr.algorithm.losses import LossParams, compute_policy_loss
+    from rlvr.algorithm.packing import pack_sequences
+    from rlvr.device import memory_metrics
+    from rlvr.learner import Learner, LearnerSettings
+    from rlvr.learner.attention import packed_layout, varlen_kernel
+    from rlvr.metrics.throughput import update_flops
+
+    layout = packed_layout(setting.attention, setting.share_prompts, device.type)
+    bf16 = device.bf16_compute(None if args.bf16 == "auto" else args.bf16 == "on")
+    model = build_model(args, layout.attention, device.torch, setting.bf16_weights)
+    enable_checkpointing(model, setting.checkpoint_every)
+    budget = setting.max_tokens_per_micro_batch or args.max_tokens_per_micro_batch
+    warmups = 2 if setting.compile else 1
+    learner = Learner(model, None, LearnerSettings(
+        learning_rate=1e-7, lr_scheduler_type="constant", warm_up_steps=0,
+        total_optimizer_steps=args.steps + warmups,
+        bf16_autocast=bf16 and not setting.bf16_weights,
+        compile_backend=args.compile_backend if setting.compile else None,
+        max_tokens_per_micro_batch=budget), device=device.torch)
+    batch = pack_sequences(seqs, args.pack_length, share_prompts=layout.share_prompts,
+                           strategy="first_fit_decreasing")
+    params = LossParams(0.2, 0.28, 0.0, 2, float(batch.num_response_tokens))
+    loss = lambda inputs: compute_policy_loss("dapo", inputs, params)  # noqa: E731
+    flops = update_flops(model, batch)
+    half = bf16 or setting.bf16_weights
+    kernel = varlen_kernel(torch.empty(1, dtype=torch.bfloat16 if half else torch.float32,
+                                       device=device.torch))
+    memory_metrics(device.torch)  # resets the CUDA peak: this setting's own from here
+    seconds, memory, warm_up_s = [], {}, 0.0
+    for step in range(warmups + args.steps):
+        synchronize(device.torch)
+        start = time.perf_counter()
+        result = learner.update(batch, loss, num_micro_batches=1, num_epochs=1, temperature=1.0)
+        synchronize(device.torch)
+        took = time.perf_counter() - start
+        for key, value in result.memory.items():
+            memory[key] = max(memory.get(key, value), value)
+        if step < warmups:
+            warm_up_s += took
+        else:
+            seconds.append(took)
+    per_update = statistics.median(seconds)
+    sequence_tokens = sum(len(s.prompt_ids) + len(s.response_ids) for s in seqs)
+    record = {
+        **asdict(setting), "attention": layout.attention, "share_prompts": layout.share_prompts,
+        "shape": args.model or args.shape, "bf16_compute": bf16,
+        "varlen_kernel": kernel if layout.attention == "varlen" else None,
+        "max_tokens_per_micro_batch": budget, "rows": batch.num_rows,
+        "tokens_run": batch.num_tokens, "sequence_tokens": sequence_tokens,
+        "response_tokens": batch.num_response_tokens, "warm_up_s": warm_up_s,
+        "seconds_per_update": per_update, "seconds": seconds,
+        "tokens_per_s": batch.num_tokens / per_update,
+        "sequence_tokens_per_s": sequence_tokens / per_update,
+        "flops": asdict(flops), "achieved_tflops": flops.total / per_update / 1e12,
+        "mfu_measured_peak": flops.total / per_update / peaks["measured"],
+        "mfu_datasheet": (flops.total / per_update / peaks["datasheet"]
+                          if peaks.get("datasheet") else None),
+        "peak_memory_gb": memory.get("memory/peak_gb", memory.get("memory/peak_rss_gb")),
+        "grad_norm": result.grad_norm,
+    }
+    del learner, model
+    return record
+
+
+def describe(record: dict) -> str:
+    if "error" in record:
+        return f"{record['name']:<28} {record['error']}"
+    datasheet = (f"{100 * record['mfu_datasheet']:.1f}%" if record["mfu_datasheet"] is not None
+                 else "-")
+    return (f"{record['name']:<28} {record['attention']:>8} "
+            f"{'shared' if record['share_prompts'] else 'whole':>6} "
+            f"{record['seconds_per_update']:7.3f} s {record['tokens_run']:>7} tok "
+            f"{record['tokens_per_s']:>9,.0f} tok/s {record['sequence_tokens_per_s']:>9,.0f} "
+            f"seq-tok/s {record['achieved_tflops']:7.1f} TFLOP/s "
+            f"MFU {100 * record['mfu_measured_peak']:5.1f}% (datasheet {datasheet}) "
+            f"peak {record['peak_memory_gb']:6.1f} GB warm-up {record['warm_up_s']:5.1f} s")
+
+
+def measure_peaks(device, bf16: bool, size: int) -> dict[str, float]:
+    from rlvr.metrics.throughput import datasheet_peak_flops, measure_matmul_flops
+
+    dtype = torch.bfloat16 if bf16 else torch.float32
+    peaks = {"measured": measure_matmul_flops(dtype, size=size, seconds=1.0,
+                                              device=device.torch)}
+    if device.type == "cuda":
+        peaks["datasheet"] = datasheet_peak_flops(torch.cuda.get_device_name(device.torch))
+    return peaks
+
+
+def header(device, peaks: dict[str, float]) -> dict:
+    import transformers
+
+    from rlvr.device import describe_host
+
+    return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "device": device.describe(), "host": describe_host(),
+            "torch": torch.__version__, "cuda": torch.version.cuda,
+            "transformers": transformers.__version__,
+            "measured_peak_tflops": peaks["measured"] / 1e12,
+            "datasheet_peak_tflops": (peaks["datasheet"] / 1e12 if peaks.get("datasheet")
+                                      else None)}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog=__doc__.split("\n\n", 2)[2])
     parser.add_argument("--shape", choices=sorted(SHAPES), default="qwen2.5-1.5b")
     parser.add_argument("--model", default="", help="a local HF model directory instead")
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    parser.add_argument("--bf16", default="auto", choices=["auto", "on", "off"])
-    parser.add_argument("--attn", default="sdpa", choices=["sdpa", "flex", "flash_attention_2"],
-                        help="model.attn_implementation")
-    parser.add_argument("--tokens", type=int, default=32768, help="tokens per update")
+    parser.add_argument("--bf16", default="auto", choices=["auto", "on", "off"],
+                        help="bf16 compute (autocast over fp32 weights); auto: where native")
+    parser.add_argument("--setting", action="append", default=[],
+                        help="a setting to measure (repeatable); default: auto")
+    parser.add_argument("--tokens", type=int, default=32768, help="sequence tokens per update")
+    parser.add_argument("--group-size", type=int, default=8)
+    parser.add_argument("--prompt-tokens", type=int, default=512)
+    parser.add_argument("--response-tokens", type=int, default=1024)
     parser.add_argument("--pack-length", type=int, default=4096)
     parser.add_argument("--max-tokens-per-micro-batch", type=int, default=16384)
-    parser.add_argument("--gradient-checkpointing", action=argparse.BooleanOptionalAction,
-                        default=True)
-    parser.add_argument("--steps", type=int, default=3, help="timed updates (after a warm-up)")
-    parser.add_argument("--peak-tflops", type=float, default=None)
-    args = parser.parse_args()
+    parser.add_argument("--steps", type=int, default=3, help="timed updates (after warm-up)")
+    parser.add_argument("--compile-backend", default="inductor")
+    parser.add_argument("--peak-size", type=int, default=8192,
+                        help="matmul size of the peak probe")
+    parser.add_argument("--out", default="", help="append one JSON record per setting here")
+    args = parser.parse_args(argv)
+    args.settings = [parse_setting(s) for s in (args.setting or ["auto"])]
+    return args
 
-    from rlvr.algorithm.losses import LossParams, compute_policy_loss
-    from rlvr.device import describe_host, memory_metrics, resolve_device
-    from rlvr.learner import Learner, LearnerSettings
-    from rlvr.metrics import default_peak_flops, mfu, transformer_flops_per_token
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    from rlvr.device import resolve_device
 
     device = resolve_device(args.device)
     bf16 = device.bf16_compute(None if args.bf16 == "auto" else args.bf16 == "on")
-    print(f"device: {device.describe()}")
-    print(f"host: {describe_host()}")
-    model = build_model(args).to(device.torch)
-    num_params = sum(p.numel() for p in model.parameters())
-    settings = LearnerSettings(learning_rate=1e-6, lr_scheduler_type="constant",
-                               warm_up_steps=0, total_optimizer_steps=args.steps + 1,
-                               bf16_autocast=bf16,
-                               gradient_checkpointing=args.gradient_checkpointing,
-                               max_tokens_per_micro_batch=args.max_tokens_per_micro_batch)
-    learner = Learner(model, None, settings, device=device.torch)
-    batch = build_batch(args, model.config.vocab_size)
-    params = LossParams(0.2, 0.28, 0.0, 2, float(batch.num_response_tokens))
-    loss = lambda inputs: compute_policy_loss("dapo", inputs, params)  # noqa: E731
-    print(f"model: {args.model or args.shape}, {num_params / 1e6:,.1f} M parameters, "
-          f"bf16 compute {bf16}, gradient checkpointing {args.gradient_checkpointing}")
-    print(f"batch: {batch.num_tokens} tokens in {batch.num_rows} rows of {args.pack_length}, "
-          f"{batch.num_response_tokens} response tokens, micro-batches of at most "
-          f"{args.max_tokens_per_micro_batch} token slots")
-
-    seconds, peaks = [], []
-    for step in range(args.steps + 1):
+    peaks = measure_peaks(device, bf16, args.peak_size if device.type == "cuda" else 1024)
+    head = header(device, peaks)
+    print(json.dumps(head), flush=True)
+    vocab = SHAPES[args.shape]["vocab_size"] if not args.model else 32000
+    seqs = build_sequences(args, vocab)
+    print(f"{args.model or args.shape}: {len(seqs)} sequences in groups of {args.group_size}, "
+          f"{sum(len(s.prompt_ids) + len(s.response_ids) for s in seqs)} sequence tokens, "
+          f"rows of {args.pack_length}; peak {peaks['measured'] / 1e12:.1f} TFLOP/s measured"
+          + (f", {peaks['datasheet'] / 1e12:.0f} datasheet" if peaks.get("datasheet") else ""),
+          flush=True)
+    failures = 0
+    for setting in args.settings:
+        try:
+            record = run_setting(args, setting, device, seqs, peaks)
+        except getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError) as error:
+            record = {"name": setting.name, "error": f"out of memory: {str(error)[:200]}"}
+            failures += 1
+        except Exception as error:  # one setting's failure must not cost the others
+            traceback.print_exc()
+            record = {"name": setting.name, "error": f"{type(error).__name__}: {error}"[:500]}
+            failures += 1
+        gc.collect()
         if device.type == "cuda":
-            torch.cuda.synchronize(device.torch)
-        start = time.perf_counter()
-        result = learner.update(batch, loss, num_micro_batches=1, num_epochs=1, temperature=1.0)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device.torch)
-        took = time.perf_counter() - start
-        label = "warm-up" if step == 0 else f"step {step}"
-        memory = result.memory or memory_metrics(device.torch)
-        print(f"  {label}: {took:.2f} s, grad norm {result.grad_norm:.3g}, "
-              + ", ".join(f"{k.split('/')[1]} {v:.2f}" for k, v in sorted(memory.items())))
-        if step:
-            seconds.append(took)
-            peaks.append(memory.get("memory/peak_gb", memory.get("memory/peak_rss_gb", 0.0)))
-    per_step = statistics.median(seconds)
-    tokens_per_second = batch.num_tokens / per_step
-    flops = transformer_flops_per_token(num_params, model.config.num_hidden_layers,
-                                        model.config.hidden_size,
-                                        batch.num_tokens // max(len(batch.seq_lens_per_row), 1),
-                                        training=True)
-    peak = (args.peak_tflops * 1e12 if args.peak_tflops
-            else default_peak_flops("bfloat16" if bf16 else "float32", torch.get_num_threads()))
-    print(f"s/step {per_step:.3f} (median of {len(seconds)}) | tokens/s {tokens_per_second:,.0f}"
-          f" | MFU {100 * mfu(flops, tokens_per_second, peak):.1f}% of {peak / 1e12:.3g} TFLOP/s"
-          f" | peak memory {max(peaks):.2f} GB")
+            torch.cuda.empty_cache()
+        print(describe(record), flush=True)
+        if args.out:
+            with open(args.out, "a") as f:
+                f.write(json.dumps({**head, **record}) + "\n")
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -43,7 +43,8 @@ def test_a_cluster_runs_on_its_gpus_when_auto_finds_some(requested, gpus, expect
     assert collective_backend(expected) == ("nccl" if expected == "cuda" else "gloo")
 
 
-def test_asking_for_cuda_without_it_says_what_exists():
+def test_asking_for_cuda_without_it_says_what_exists(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # a GPU host too
     with pytest.raises(DeviceUnavailable, match=r"model.device=cuda.*CUDA devices: 0.*CPU cores"):
         resolve_device("cuda")
     with pytest.raises(DeviceUnavailable, match="not one of"):
@@ -56,6 +57,23 @@ def test_asking_for_cuda_without_it_says_what_exists():
                                            (set(), False)])
 def test_native_bf16_is_read_from_the_cpu_flags(monkeypatch, flags, native):
     monkeypatch.setattr(rlvr.device, "cpu_flags", lambda: frozenset(flags))
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)  # as when measuring an AVX2 CPU
+    monkeypatch.delenv("DNNL_MAX_CPU_ISA", raising=False)
+    assert REAL_BF16_DETECTION() is native
+
+
+@pytest.mark.parametrize("variable, isa, native", [
+    ("ONEDNN_MAX_CPU_ISA", "AVX2", False), ("ONEDNN_MAX_CPU_ISA", "avx512_core", False),
+    ("DNNL_MAX_CPU_ISA", "AVX2", False), ("ONEDNN_MAX_CPU_ISA", "AVX512_CORE_BF16", True),
+    ("ONEDNN_MAX_CPU_ISA", "ALL", True)])
+def test_onednn_capped_below_bf16_means_emulated_bf16(monkeypatch, variable, isa, native):
+    """oneDNN capped below AVX512-BF16 emulates bf16 on a CPU that has it (bf16 Linear 200 ->
+    18 GFLOP/s here): rlvr then decides as on an AVX2-only CPU, so `ONEDNN_MAX_CPU_ISA=AVX2`
+    measures one (docs/testing.md)."""
+    monkeypatch.setattr(rlvr.device, "cpu_flags", lambda: frozenset({"avx2", "avx512_bf16",
+                                                                     "amx_bf16"}))
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    monkeypatch.setenv(variable, isa)
     assert REAL_BF16_DETECTION() is native
 
 
@@ -69,7 +87,8 @@ def test_bf16_compute_defaults_to_native_and_obeys_the_config(monkeypatch):
 def test_the_local_plan_follows_the_config_and_the_hardware(monkeypatch):
     cfg = load_config(os.path.join(ROOT, "configs", "tiny.yaml"), ["model.device=cpu"])
     assert plan_devices(cfg, None).describe() == ("device cpu, bf16 compute off, collectives "
-                                                  "gloo, freed host memory kept")
+                                                  "gloo, attention sdpa (shared prompts), freed "
+                                                  "host memory kept")
     monkeypatch.setattr(rlvr.device, "cpu_has_native_bf16", lambda: True)
     assert plan_devices(cfg, None).bf16  # an AVX512-BF16 machine computes in bf16 by default
     cfg.model.bf16_autocast = False

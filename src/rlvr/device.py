@@ -26,6 +26,7 @@ import functools
 import os
 import platform
 import resource
+import socket
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,9 +35,29 @@ import torch
 DEVICE_CHOICES: tuple[str, ...] = ("auto", "cpu", "cuda")
 HOST = torch.device("cpu")  # where data is prepared and files are read and written
 
+# The learner's attention for `model.attn_implementation=auto`, by device type; how rows are
+# packed follows from it (`algorithm.share_prompts` null: a group's prompt is packed once where
+# the attention can confine responses to it; `rlvr.learner.attention.packed_layout`).
+# - cpu: sdpa with shared prompts. A CPU learner is bound by the FLOPs it runs and has no varlen
+#   kernel, so running each prompt once wins (2.3x fewer tokens on the quick start).
+# - cuda: sdpa with shared prompts too, by measurement (`benchmarks/gpu.py`, H200, Qwen2.5-1.5B
+#   shape, 40k sequence tokens in rows of 4,096, checkpointing on: 1.58 s an update against
+#   2.25 s for varlen with each sequence whole, 30.6 GB each). Per token run the two cost the
+#   same at rows of 4,096; sharing runs 1.4x fewer tokens, and that decides it. Varlen pays
+#   where sharing saves little (responses much longer than their prompt) or rows are long.
+DEFAULT_ATTENTION: dict[str, str] = {"cpu": "sdpa", "cuda": "sdpa"}
+# `auto` with `algorithm.share_prompts=false`: each sequence whole, where no mask is needed.
+WHOLE_SEQUENCE_ATTENTION: dict[str, str] = {"cpu": "sdpa", "cuda": "varlen"}
+
 # CPU flags (Linux /proc/cpuinfo) that mean bf16 matmuls run natively: x86 AVX512-BF16 and AMX,
 # and Arm's BF16 extension.
 _BF16_CPU_FLAGS = frozenset({"avx512_bf16", "amx_bf16", "bf16"})
+# oneDNN, which runs torch's bf16 matmuls on CPU, can be capped below the CPU's own instruction
+# set (`ONEDNN_MAX_CPU_ISA`); capped at one of these it emulates bf16 as an AVX2-only CPU does
+# (measured: bf16 Linear 200 -> 18 GFLOP/s, fp32 unchanged). So `ONEDNN_MAX_CPU_ISA=AVX2` makes a
+# machine with native bf16 compute, and decide, like one without (docs/testing.md).
+_ONEDNN_ISAS_WITHOUT_BF16 = frozenset({"SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX512_CORE",
+                                       "AVX512_CORE_VNNI"})
 
 
 def collective_backend(device_type: str) -> str:
@@ -149,7 +170,10 @@ def vllm_placement(device_type: str, *, gpu_memory_utilization: float, kv_cache_
 def resolve_device(requested: str = "auto", local_rank: int = 0) -> Device:
     """The device for `model.device` on this process. `local_rank` is this process's index
     among the learners of its node; under Ray each actor sees only its own GPU(s) (Ray sets
-    CUDA_VISIBLE_DEVICES), so its visible index is 0 whatever its rank."""
+    CUDA_VISIBLE_DEVICES), so its visible index is 0 whatever its rank. A local rank beyond
+    the visible GPUs would share one with another rank (NCCL refuses that at its first
+    collective, "Duplicate GPU detected", after the model loaded): DeviceUnavailable, naming
+    the ranks and GPUs, unless CUDA_VISIBLE_DEVICES gives this process one GPU of its own."""
     if requested not in DEVICE_CHOICES:
         raise DeviceUnavailable(f"model.device={requested!r} is not one of {DEVICE_CHOICES}")
     has_cuda = torch.cuda.is_available()
@@ -159,11 +183,56 @@ def resolve_device(requested: str = "auto", local_rank: int = 0) -> Device:
     if requested == "cpu" or not has_cuda:
         return Device("cpu", None, bf16_native=cpu_has_native_bf16())
     count = torch.cuda.device_count()
-    if count > 1 and local_rank >= count:
-        raise DeviceUnavailable(f"local rank {local_rank} needs its own GPU, but this process "
-                                f"sees {count} ({what_exists()})")
-    index = 0 if count == 1 else local_rank  # one visible GPU: the one Ray or Slurm gave us
+    # A launcher (Ray, Slurm) that shows each process one GPU gave it one of its own.
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    own_gpu = count == 1 and visible.strip() != "" and "," not in visible
+    if local_rank >= count and not own_gpu:
+        raise DeviceUnavailable(
+            f"local rank {local_rank} needs a GPU of its own, but this process sees {count} "
+            f"({what_exists()}): {local_rank + 1} or more learner ranks on this node for {count} "
+            "GPU(s). Start at most one learner rank per GPU (distributed.num_learners_per_node), "
+            "or train on CPU (model.device=cpu)")
+    index = 0 if own_gpu else local_rank  # one visible GPU: the one Ray or Slurm gave us
     return Device("cuda", index, bf16_native=torch.cuda.is_bf16_supported())
+
+
+def gpu_identity(device: Device) -> str:
+    """This process's GPU as a process on any node names it: host and the GPU's UUID."""
+    uuid = torch.cuda.get_device_properties(device.torch).uuid
+    return f"{socket.gethostname()}/GPU-{uuid}"
+
+
+def shared_gpus_message(identities: list[str]) -> str | None:
+    """What is wrong when ranks (`identities[rank]`, from `gpu_identity`) share a GPU, or None
+    when each has its own."""
+    ranks_of: dict[str, list[int]] = {}
+    for rank, gpu in enumerate(identities):
+        ranks_of.setdefault(gpu, []).append(rank)
+    shared = {gpu: ranks for gpu, ranks in ranks_of.items() if len(ranks) > 1}
+    if not shared:
+        return None
+    where = "; ".join(f"ranks {', '.join(map(str, ranks))} on {gpu}"
+                      for gpu, ranks in shared.items())
+    return (f"{len(identities)} learner ranks would compute on {len(ranks_of)} GPU(s) ({where}), "
+            "but NCCL needs one GPU per rank. Start at most one learner rank per GPU "
+            "(distributed.num_learners_per_node), or train on CPU (model.device=cpu)")
+
+
+def check_one_gpu_per_rank(device: Device, world_size: int) -> None:
+    """DeviceUnavailable if this process's GPU is also another learner rank's. A collective:
+    every rank of the default process group calls it, after joining and before any NCCL
+    collective (NCCL would fail at its first one, "Duplicate GPU detected", after the model
+    loaded). The names travel over a gloo group of their own, which needs no GPU."""
+    import torch.distributed as dist
+
+    group = dist.new_group(backend="gloo")
+    identities: list[Any] = [None] * world_size
+    try:
+        dist.all_gather_object(identities, gpu_identity(device), group=group)
+    finally:
+        dist.destroy_process_group(group)
+    if (message := shared_gpus_message(identities)) is not None:
+        raise DeviceUnavailable(message)
 
 
 def bind(device: Device) -> None:
@@ -215,6 +284,9 @@ def cpu_flags() -> frozenset[str]:
 
 
 def cpu_has_native_bf16() -> bool:
+    capped = os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA") or ""
+    if capped.upper() in _ONEDNN_ISAS_WITHOUT_BF16:
+        return False
     return bool(cpu_flags() & _BF16_CPU_FLAGS)
 
 

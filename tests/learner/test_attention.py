@@ -230,27 +230,253 @@ def test_flash_is_refused_when_prompts_are_shared():
         check_packed_attention(_fake_model("paged|eager"), share_prompts=False)
 
 
-def test_flash_inputs_give_transformers_one_sequence_per_unit():
-    """The varlen path gets no mask: transformers cuts the flattened rows where position ids
-    restart (`prepare_fa_kwargs_from_position_ids`, pure torch, so it runs here). Without shared
-    prompts each unit (a prompt and its one response) must come out as one sequence."""
+def test_sequence_inputs_drop_padding_and_give_cumulative_lengths():
+    """The varlen implementations (rlvr's varlen, flash_attention_2) get the rows' tokens as one
+    stream without padding and each sequence's bounds: what transformers itself would read off
+    the position ids (`prepare_fa_kwargs_from_position_ids`), computed on the host."""
     from transformers.modeling_flash_attention_utils import prepare_fa_kwargs_from_position_ids
 
-    from rlvr.learner.attention import PACKED_ATTENTION
+    from rlvr.learner.attention import PACKED_ATTENTION, VARLEN, sequence_inputs
 
-    varlen_inputs = PACKED_ATTENTION["flash_attention_2"].decoder_inputs
+    assert PACKED_ATTENTION["flash_attention_2"].decoder_inputs is sequence_inputs
+    assert PACKED_ATTENTION[VARLEN].decoder_inputs is sequence_inputs
     seqs = [SequenceToPack([4, 5, 6], [7, 8], [0.0] * 2, 1.0, 0),
             SequenceToPack([4, 5, 6], [9], [0.0], 1.0, 1),
             SequenceToPack([1, 2, 3, 4, 5], [7, 8, 9], [0.0] * 3, 1.0, 2)]
     batch = pack_sequences(seqs, pack_length=10, share_prompts=False)
     assert batch.seq_lens_per_row == [[5, 4], [8]]  # two rows of 9 columns, one padding slot
-    inputs = varlen_inputs(batch)
-    assert "attention_mask" not in inputs and inputs["input_ids"].shape == (1, 18)
-    (cu_seqlens, _), _ = prepare_fa_kwargs_from_position_ids(inputs["position_ids"])
-    # Units at 0-5, 5-9 and 9-17; the padding slot at 17 is a sequence of its own.
-    assert cu_seqlens.tolist() == [0, 5, 9, 17, 18]
+    inputs = sequence_inputs(batch)
+    kwargs = inputs.kwargs
+    assert "attention_mask" not in kwargs
+    assert kwargs["input_ids"].tolist() == [[4, 5, 6, 7, 8, 4, 5, 6, 9, 1, 2, 3, 4, 5, 7, 8, 9]]
+    assert kwargs["cu_seq_lens_q"].tolist() == [0, 5, 9, 17]
+    assert kwargs["cu_seq_lens_q"].dtype == torch.int32 and kwargs["max_length_q"] == 8
+    assert inputs.token_index_T.tolist() == [*range(9), *range(9, 17)]  # row 1 from column 0
+    (cu_seqlens, _), (longest, _) = prepare_fa_kwargs_from_position_ids(kwargs["position_ids"])
+    assert cu_seqlens.tolist() == [0, 5, 9, 17] and int(longest) == 8
+    # Outputs go back to their rows, zeros where padding was.
+    rows_RLX = inputs.to_rows(kwargs["input_ids"][..., None].float(), 2, 9)
+    assert rows_RLX[..., 0].tolist() == [[4, 5, 6, 7, 8, 4, 5, 6, 9], [1, 2, 3, 4, 5, 7, 8, 9, 0]]
     with pytest.raises(ValueError, match="share a prompt"):
-        varlen_inputs(pack_sequences(seqs, pack_length=10, share_prompts=True))
+        sequence_inputs(pack_sequences(seqs, pack_length=10, share_prompts=True))
+
+
+def test_sequence_inputs_of_empty_rows_run_one_padding_slot():
+    # A rank kept in step by an empty row still runs the decoder (its peers expect it).
+    from rlvr.learner.attention import sequence_inputs
+
+    batch = pack_sequences([SequenceToPack([4, 5], [6], [0.0], 1.0, 0)], 8,
+                           share_prompts=False)
+    empty = batch.select_rows([0])
+    empty.seq_lens_per_row = [[]]
+    kwargs = sequence_inputs(empty).kwargs
+    assert kwargs["input_ids"].shape == (1, 1) and kwargs["cu_seq_lens_q"].tolist() == [0, 1]
+
+
+def _grouped_sequences():
+    """Three groups of three responses sharing their group's prompt, responses of 2 to 5
+    tokens, advantages of both signs."""
+    gen = torch.Generator().manual_seed(1)
+    seqs = []
+    for group in range(3):
+        prompt = torch.randint(3, 250, (5 + 2 * group,), generator=gen).tolist()
+        for k in range(3):
+            n = 2 + (group + k) % 4
+            seqs.append(SequenceToPack(prompt, torch.randint(3, 250, (n,), generator=gen).tolist(),
+                                       [0.0] * n, advantage=(-1.0) ** k * (k + 1), index=len(seqs)))
+    return seqs
+
+
+def _per_sequence_results(model, batch, num_sequences):
+    """Each sequence's response logprobs and entropies (in token order), and every weight's
+    gradient of an advantage-weighted logprob sum."""
+    model.zero_grad()
+    logprobs_RL, entropy_RL = forward_logprobs(model, batch, 0.7, with_entropy=True)
+    (logprobs_RL * batch.advantages_RL)[batch.response_mask_RL].sum().backward()
+    where = [(batch.sequence_index_RL == i) & batch.response_mask_RL for i in range(num_sequences)]
+    grads = {name: p.grad.clone() for name, p in model.named_parameters()}
+    model.zero_grad()
+    return ([logprobs_RL.detach()[w] for w in where], [entropy_RL[w] for w in where], grads)
+
+
+@pytest.fixture(scope="module")
+def varlen_model(tiny_model_dir):
+    from rlvr.models import load_causal_lm
+
+    return load_causal_lm(tiny_model_dir, attn_implementation="varlen")
+
+
+@pytest.mark.parametrize("shared_attention", ["sdpa", "eager"])
+def test_varlen_without_shared_prompts_equals_shared_prompts(tiny_model_dir, varlen_model,
+                                                             shared_attention):
+    """The same sequences packed whole (share_prompts=False) through rlvr's varlen attention,
+    and with each group's prompt packed once through an implementation that confines shared
+    prompts: the same logprobs, entropies and gradients. Rows of 24 tokens hold several
+    sequences each, so padding and row boundaries are crossed."""
+    from rlvr.models import load_causal_lm
+
+    seqs = _grouped_sequences()
+    shared = pack_sequences(seqs, 24)
+    whole = pack_sequences(seqs, 24, share_prompts=False)
+    assert whole.num_tokens > shared.num_tokens and any(len(r) > 1 for r in whole.seq_lens_per_row)
+    reference = load_causal_lm(tiny_model_dir, attn_implementation=shared_attention)
+    want_lp, want_ent, want_grads = _per_sequence_results(reference, shared, len(seqs))
+    got_lp, got_ent, got_grads = _per_sequence_results(varlen_model, whole, len(seqs))
+    for want, got in zip(want_lp + want_ent, got_lp + got_ent):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    for name, want in want_grads.items():
+        torch.testing.assert_close(got_grads[name], want, atol=1e-6, rtol=1e-4, msg=name)
+
+
+def test_sdpa_without_shared_prompts_equals_shared_prompts(tiny_model):
+    """share_prompts=False under sdpa's dense mask (each unit one sequence) changes nothing but
+    the token count."""
+    seqs = _grouped_sequences()
+    shared = _per_sequence_results(tiny_model, pack_sequences(seqs, 24), len(seqs))
+    whole = _per_sequence_results(tiny_model, pack_sequences(seqs, 24, share_prompts=False),
+                                  len(seqs))
+    for want, got in zip(shared[0] + shared[1], whole[0] + whole[1]):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    for name, want in shared[2].items():
+        torch.testing.assert_close(whole[2][name], want, atol=1e-6, rtol=1e-4, msg=name)
+
+
+def test_varlen_forward_equals_flex_with_shared_prompts(varlen_model, flex_model):
+    # The compiled flex kernel has no CPU backward: forward only.
+    seqs = _grouped_sequences()
+    with torch.no_grad():
+        flex_RL, _ = forward_logprobs(flex_model, pack_sequences(seqs, 24), 0.7)
+        whole = pack_sequences(seqs, 24, share_prompts=False)
+        varlen_RL, _ = forward_logprobs(varlen_model, whole, 0.7)
+    shared = pack_sequences(seqs, 24)
+    for i in range(len(seqs)):
+        want = flex_RL[(shared.sequence_index_RL == i) & shared.response_mask_RL]
+        got = varlen_RL[(whole.sequence_index_RL == i) & whole.response_mask_RL]
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+def test_varlen_under_bf16_autocast_stays_near_float32(tiny_model, varlen_model):
+    seqs = _grouped_sequences()
+    whole = pack_sequences(seqs, 24, share_prompts=False)
+    with torch.no_grad():
+        exact_RL, _ = forward_logprobs(tiny_model, whole, 1.0)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            sdpa_RL, _ = forward_logprobs(tiny_model, whole, 1.0)
+            varlen_RL, _ = forward_logprobs(varlen_model, whole, 1.0)
+    mask = whole.response_mask_RL
+    sdpa_gap = float((sdpa_RL - exact_RL)[mask].abs().max())
+    varlen_gap = float((varlen_RL - exact_RL)[mask].abs().max())
+    assert varlen_gap < max(2 * sdpa_gap, 0.05), (sdpa_gap, varlen_gap)
+
+
+def test_varlen_model_passes_the_logit_path_check(varlen_model):
+    """The check packs without shared prompts for varlen and also calls the model on a plain
+    sequence (no cumulative lengths: one causal sequence per row)."""
+    from rlvr.learner.attention import check_attention_backward, check_packed_attention
+    from rlvr.learner.forward import check_logit_path
+
+    check_logit_path(varlen_model)
+    check_attention_backward(varlen_model, HOST)
+    check_packed_attention(varlen_model, share_prompts=False)
+    with pytest.raises(ValueError, match="shares each group's prompt"):
+        check_packed_attention(varlen_model, share_prompts=True)
+
+
+def _sdpa_reference_varlen(query_THD, key_TKD, value_TKD, cu_q, cu_k, max_q, max_k, **options):
+    """What torch's varlen_attn computes (causal), for the fake kernel below."""
+    from rlvr.learner.attention import _sdpa_per_sequence
+
+    assert cu_q.dtype == torch.int32 and cu_q is cu_k and max_q == max_k
+    return _sdpa_per_sequence(query_THD, key_TKD, value_TKD, cu_q,
+                              options.get("scale", query_THD.shape[-1] ** -0.5))
+
+
+@pytest.mark.parametrize("parameters, expected", [
+    # torch 2.9 / 2.10: is_causal, no scale, no GQA (keys repeated for the query heads)
+    ({"is_causal", "return_aux"}, {"is_causal": True}),
+    # torch 2.11: causal as a window, a scale, still no GQA
+    ({"return_aux", "scale", "window_size"}, {"window_size": (-1, 0), "scale": 0.125}),
+    # torch 2.12 and later: GQA in the kernel
+    ({"return_aux", "scale", "window_size", "enable_gqa"},
+     {"window_size": (-1, 0), "scale": 0.125, "enable_gqa": True})])
+def test_flash_varlen_call_fits_each_torch_signature(monkeypatch, parameters, expected):
+    """The CUDA kernel call, checked here against a stand-in with each torch version's
+    signature: causal said the way that torch says it, grouped key heads given as they are or
+    repeated, and the output the same as sdpa one sequence at a time."""
+    import rlvr.learner.attention as attention
+
+    calls = []
+
+    def fake_varlen(query, key, value, cu_q, cu_k, max_q, max_k, **options):
+        calls.append((key.shape[1], options))
+        return _sdpa_reference_varlen(query, key, value, cu_q, cu_k, max_q, max_k, **options)
+
+    monkeypatch.setattr(attention, "_torch_varlen_attn", fake_varlen)
+    monkeypatch.setattr(attention, "_VARLEN_PARAMETERS", frozenset(parameters))
+    gen = torch.Generator().manual_seed(0)
+    query_THD = torch.randn(9, 4, 64, generator=gen)
+    key_TKD, value_TKD = torch.randn(2, 9, 2, 64, generator=gen)
+    cu = torch.tensor([0, 4, 9], dtype=torch.int64)
+    out_THD = attention._flash_varlen(query_THD, key_TKD, value_TKD, cu, 5, 0.125)
+    key_heads, options = calls[0]
+    assert options == expected
+    assert key_heads == (2 if "enable_gqa" in parameters else 4)
+    want_THD = attention._sdpa_per_sequence(query_THD, key_TKD, value_TKD, cu, 0.125)
+    torch.testing.assert_close(out_THD, want_THD)
+
+
+def test_the_varlen_kernel_is_flash_only_on_cuda_in_16_bits():
+    from rlvr.learner.attention import varlen_kernel
+
+    assert varlen_kernel(torch.zeros(2, 1, 8)) == "sdpa per sequence"
+    assert varlen_kernel(torch.zeros(2, 1, 8, dtype=torch.bfloat16)) == "sdpa per sequence"
+
+
+@pytest.mark.component  # torch.compile builds C++ kernels: left out of make test-fast
+def test_compiled_varlen_layers_equal_eager(tiny_model_dir):
+    """Layers compiled as `model.compile` compiles them (dynamic shapes), traced with the
+    varlen kwargs (cumulative lengths, an int longest length) on two batch shapes; the capture
+    is checked with aot_eager (no code generation), which runs the same graphs."""
+    from rlvr.learner.compiling import compile_decoder_layers
+    from rlvr.models import load_causal_lm
+
+    seqs = _grouped_sequences()
+    eager, compiled = (load_causal_lm(tiny_model_dir, attn_implementation="varlen")
+                       for _ in range(2))
+    compile_decoder_layers(compiled, backend="aot_eager")
+    for batch in (pack_sequences(seqs, 24, share_prompts=False),
+                  pack_sequences(seqs[:5], 20, share_prompts=False)):
+        want = _per_sequence_results(eager, batch, 5)
+        got = _per_sequence_results(compiled, batch, 5)
+        for w, g in zip(want[0], got[0]):
+            torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)
+        for name, w in want[2].items():
+            torch.testing.assert_close(got[2][name], w, atol=1e-6, rtol=1e-4, msg=name)
+
+
+@pytest.mark.parametrize("attention, share, device_type, expected", [
+    ("auto", None, "cpu", ("sdpa", True)),
+    ("auto", None, "cuda", ("sdpa", True)),  # measured on an H200 (rlvr.device)
+    ("auto", False, "cuda", ("varlen", False)),
+    ("auto", True, "cuda", ("sdpa", True)),  # shared prompts asked for: an attention that can
+    ("auto", False, "cpu", ("sdpa", False)),
+    ("varlen", None, "cpu", ("varlen", False)),
+    ("flex", None, "cuda", ("flex", True)),
+    ("flash_attention_2", None, "cuda", ("flash_attention_2", False)),
+    ("eager", False, "cpu", ("eager", False))])
+def test_packed_layout_follows_the_device_and_the_attention(attention, share, device_type,
+                                                            expected):
+    from rlvr.learner.attention import packed_layout
+
+    layout = packed_layout(attention, share, device_type)
+    assert (layout.attention, layout.share_prompts) == expected
+
+
+def test_shared_prompts_under_whole_sequence_attention_are_refused():
+    from rlvr.learner.attention import packed_layout
+
+    with pytest.raises(ValueError, match="share_prompts=true"):
+        packed_layout("varlen", True, "cuda")
 
 
 def test_load_causal_lm_names_the_implementations(tiny_model_dir, tiny_model, flex_model,
@@ -260,6 +486,8 @@ def test_load_causal_lm_names_the_implementations(tiny_model_dir, tiny_model, fl
     assert tiny_model.config._attn_implementation == "sdpa"  # the default
     assert flex_model.config._attn_implementation == "flex_attention"
     assert eager_model.config._attn_implementation == "eager"
+    assert load_causal_lm(tiny_model_dir, attn_implementation="varlen").config \
+        ._attn_implementation == "rlvr_varlen"
     with pytest.raises(ValueError, match="not one of"):
         load_causal_lm(tiny_model_dir, attn_implementation="flash_attention_3")
 
@@ -292,10 +520,11 @@ def test_no_tensor_is_created_on_an_implicit_device(tiny_model, flex_model, eage
         means_RL = sequence_mean_per_token(logprobs_RL, batch.sequence_index_RL,
                                            batch.response_mask_RL)
         varlen = PACKED_ATTENTION["flash_attention_2"].decoder_inputs(unshared)
+        varlen_tensors = [v for v in varlen.kwargs.values() if isinstance(v, torch.Tensor)]
     finally:
         torch.set_default_device(default)
         tiny_model.zero_grad()
         eager_model.zero_grad()
     for tensor in (logprobs_RL, entropy_RL, eager_RL, flex_RL, lengths_RL, means_RL,
-                   *varlen.values()):
+                   *varlen_tensors, varlen.token_index_T):
         assert tensor.device == HOST

@@ -21,6 +21,9 @@ from rlvr.learner.compiling import compile_decoder_layers
 from rlvr.learner.forward import forward_logprobs
 from rlvr.models import decoder_layers
 
+# torch.compile builds C++ kernels (seconds each): a component test, left out of make test-fast.
+pytestmark = pytest.mark.component
+
 
 def _batch(num_groups: int, seed: int, pack_length: int = 48):
     gen = torch.Generator().manual_seed(seed)

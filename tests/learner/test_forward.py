@@ -96,3 +96,36 @@ def test_a_batch_without_response_tokens_still_runs_the_head(tiny_model):
     assert logp_N.shape == (0,) and logp_N.grad_fn is not None
     logp_N.sum().backward()  # a sharded peer with rows must not wait on a missing gradient
     assert tiny_model.lm_head.weight.grad is not None
+
+
+def test_no_logits_of_the_whole_micro_batch_exist_forward_or_backward(tiny_model, monkeypatch):
+    """The learner's head runs in chunks: no tensor as wide as the vocabulary ever holds more
+    rows than a chunk, in the forward pass (logits, their float32 copy, the softmax for the
+    entropy) nor in the backward pass (each chunk's logits recomputed, their gradient)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    import rlvr.learner.forward as forward
+
+    class WidestLogits(TorchDispatchMode):
+        rows = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for t in (out if isinstance(out, (tuple, list)) else (out,)):
+                if isinstance(t, torch.Tensor) and t.dim() >= 2 and t.shape[-1] == vocab \
+                        and tuple(t.shape) != (hidden, vocab):  # the head's weight, transposed
+                    WidestLogits.rows = max(WidestLogits.rows, t.numel() // vocab)
+            return out
+
+    vocab, hidden = tiny_model.config.vocab_size, tiny_model.config.hidden_size
+    monkeypatch.setattr(forward, "LOGIT_CHUNK_TOKENS", 4)
+    gen = torch.Generator().manual_seed(3)
+    seqs = [SequenceToPack([1, 5, 6], torch.randint(3, 250, (n,), generator=gen).tolist(),
+                           [0.0] * n, 1.0, i) for i, n in enumerate([7, 9, 5])]
+    batch = pack_sequences(seqs, pack_length=64)
+    assert batch.num_response_tokens == 21
+    with WidestLogits():
+        logprobs_RL, entropy_RL = forward_logprobs(tiny_model, batch, 0.7, with_entropy=True)
+        logprobs_RL[batch.response_mask_RL].sum().backward()
+    assert WidestLogits.rows == 4  # [4, V] logits seen, never [21, V]
+    assert entropy_RL[batch.response_mask_RL].shape == (21,)

@@ -128,7 +128,9 @@ def test_disable_dropout_zeroes_modules_and_attention_rates(tiny_model_dir):
 
     model = _model_with_dropout(tiny_model_dir)
     model.extra = torch.nn.Dropout(0.3)
-    assert disable_dropout(model) == model.config.num_hidden_layers + 1
+    # Each layer's attention rate, the extra module, and the config the attention reads from.
+    assert disable_dropout(model) == model.config.num_hidden_layers + 2
+    assert model.config.attention_dropout == 0.0
     assert all(getattr(m, "attention_dropout", 0.0) == 0.0 for m in model.modules())
     assert model.extra.p == 0.0
 

@@ -59,8 +59,11 @@ RECURRENT = {
                              layer_types=["mamba", "attention"], mamba_n_heads=4,
                              mamba_d_head=16, mamba_d_state=8, mamba_n_groups=1,
                              mamba_chunk_size=16, **MOE),
+    # One recurrent and one attention layer: the default pattern cut to 2 layers has no
+    # attention layer, which transformers 5.17's forward cannot run ("'attention' is not in list").
     "recurrent_gemma": dict(logits_soft_cap=2.0, lru_width=32, attention_window_size=64,
-                            head_dim=None, max_position_embeddings=None),
+                            head_dim=None, max_position_embeddings=None,
+                            block_types=["recurrent", "attention"]),
 }
 
 

@@ -219,6 +219,7 @@ def test_after_sync_the_transformers_engine_gives_the_learners_logprobs(tiny_mod
     assert engine.version == 1
 
 
+@pytest.mark.component  # vLLM in this process
 def test_after_sync_vllm_gives_the_learners_logprobs(tiny_model_dir, tiny_tokenizer):
     from rlvr.rollout import create_engine
     from rlvr.rollout.base import EngineSettings

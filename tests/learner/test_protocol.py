@@ -10,8 +10,8 @@ from rlvr.distributed.trainer_learner import GroupLearner
 from rlvr.learner import Learner, LearnerProtocol, LearnerSettings
 from rlvr.models import load_causal_lm
 
-METHODS = ["update", "skip_update", "update_reference", "named_weights", "training_state",
-           "load_training_state", "close"]
+METHODS = ["update", "update_mini_batches", "skip_update", "update_reference", "named_weights",
+           "training_state", "load_training_state", "close"]
 
 
 def _parameters(cls: type, method: str) -> list[tuple[str, inspect._ParameterKind]]:

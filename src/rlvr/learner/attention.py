@@ -20,22 +20,49 @@ inputs.
 - flex_attention: the same visibility as a block-sparse `BlockMask` (`packed_block_mask`):
   blocks of keys no query of a block may see are skipped. torch 2.13 has no flex backward on
   CPU (`check_attention_backward` refuses it there).
-- flash_attention_2: no mask; transformers' varlen path reads sequence starts off position ids
-  restarting at 0, so every token sees its whole contiguous sequence: it cannot let responses
-  share a prompt (`check_packed_attention`). CUDA with flash-attn only.
+- varlen (rlvr's, registered with transformers as `VARLEN`): no mask and no padding; the
+  rows' tokens run as one stream [1, T] with the cumulative lengths of its sequences
+  (`cu_seq_lens_q`), each sequence whole and causal (`sequence_inputs`). On CUDA in bf16 or
+  fp16 the kernel is torch's own varlen flash attention (`torch.nn.attention.varlen`, no
+  flash-attn needed): only the (query, key) pairs of a sequence are computed, never a padded
+  square. Elsewhere (CPU, float32) each sequence runs through sdpa by itself, exact and
+  differentiable, so the path is the same code on CPU and GPU. It cannot let responses share a
+  prompt: pack with `share_prompts=False` (`packed_layout`).
+- flash_attention_2: flash-attn's kernels through transformers, given the same stream and
+  cumulative lengths as varlen. CUDA with flash-attn installed only.
 Other implementations (paged, flash 3 and 4) are refused.
+
+Which implementation and layout a run uses when `model.attn_implementation=auto` and
+`algorithm.share_prompts` is null is `packed_layout`'s answer, from the device's default
+attention (`rlvr.device.DEFAULT_ATTENTION`, decided by measurement).
 """
 
 from __future__ import annotations
 
+import inspect
+import itertools
 import warnings
 from dataclasses import dataclass
 from typing import Callable
 
 import torch
+import torch.nn.functional as F
 from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
 
+from rlvr.device import DEFAULT_ATTENTION, HOST, WHOLE_SEQUENCE_ATTENTION
 from rlvr.types import PackedBatch
+
+try:  # torch's own varlen flash attention (torch 2.9 and later; its signature changed since)
+    from torch.nn.attention.varlen import varlen_attn as _torch_varlen_attn
+except ImportError:  # pragma: no cover - older torch
+    _torch_varlen_attn = None
+_VARLEN_PARAMETERS = (frozenset(inspect.signature(_torch_varlen_attn).parameters)
+                      if _torch_varlen_attn is not None else frozenset())
+
+VARLEN = "rlvr_varlen"  # the name `model.attn_implementation=varlen` is registered under
+# `model.attn_implementation` values and transformers' names for them.
+CONFIG_NAMES = {"sdpa": "sdpa", "eager": "eager", "flex": "flex_attention",
+                "flash_attention_2": "flash_attention_2", "varlen": VARLEN}
 
 
 def packed_attention_mask(segment_ids_RL: torch.Tensor,
@@ -92,37 +119,176 @@ def packed_block_mask(segment_ids_RL: torch.Tensor, parent_segment_RL: torch.Ten
                              device=segment_ids_RL.device)
 
 
+@dataclass(frozen=True)
+class DecoderInputs:
+    """What the decoder is called with for a packed batch: its keyword arguments, and where the
+    tokens it runs sit in the batch's [R, L] grid (`token_index_T`, a flat index into R * L;
+    None where it runs the rows as they are)."""
+
+    kwargs: dict
+    token_index_T: torch.Tensor | None = None
+
+    def to_rows(self, out_BTX: torch.Tensor, rows: int, length: int) -> torch.Tensor:
+        """The decoder's per-token output [B, T, X] as [R, L, X] (zeros where no token ran)."""
+        if self.token_index_T is None:
+            return out_BTX.reshape(rows, length, -1)
+        out_TX = out_BTX.reshape(-1, out_BTX.shape[-1])
+        grid_NX = out_TX.new_zeros(rows * length, out_TX.shape[-1])
+        return grid_NX.index_copy(0, self.token_index_T, out_TX).reshape(rows, length, -1)
+
+
 def _masked_inputs(build_mask: Callable[[torch.Tensor, torch.Tensor], object]
-                   ) -> Callable[[PackedBatch], dict]:
+                   ) -> Callable[[PackedBatch], DecoderInputs]:
     """Decoder inputs of an implementation that takes the rows as they are plus a mask built
     from their segments by `build_mask` (dense, additive or block)."""
-    def decoder_inputs(batch: PackedBatch) -> dict:
-        return {"input_ids": batch.input_ids_RL, "position_ids": batch.position_ids_RL,
-                "attention_mask": build_mask(batch.segment_ids_RL, batch.parent_segment_RL)}
+    def decoder_inputs(batch: PackedBatch) -> DecoderInputs:
+        return DecoderInputs({"input_ids": batch.input_ids_RL,
+                              "position_ids": batch.position_ids_RL,
+                              "attention_mask": build_mask(batch.segment_ids_RL,
+                                                           batch.parent_segment_RL)})
 
     return decoder_inputs
 
 
-def _varlen_inputs(batch: PackedBatch) -> dict:
-    """All rows as one [1, R*L] sequence and no mask: transformers' flash path then cuts it
-    where position ids restart at 0 (each padding slot, at position 0, is a sequence of its
-    own). Exact only while each prompt has a single response after it: a second one continues
-    the prompt's positions, so it would see its sibling."""
-    # A response chunk is numbered right after its prompt's; a sibling comes later.
-    sibling_RL = (batch.parent_segment_RL >= 0) & (
-        batch.segment_ids_RL - batch.parent_segment_RL > 1)
-    if bool(sibling_RL.any()):  # one device sync, as the varlen path itself has
-        raise ValueError("flash_attention_2 got a batch whose responses share a prompt; pack "
-                         "it with share_prompts=False (see check_packed_attention)")
-    return {"input_ids": batch.input_ids_RL.reshape(1, -1),
-            "position_ids": batch.position_ids_RL.reshape(1, -1)}
+def sequence_inputs(batch: PackedBatch) -> DecoderInputs:
+    """Every unit of the batch as one whole causal sequence: the rows' tokens without their
+    padding as one stream [1, T], with the cumulative sequence lengths [S + 1] (int32) and the
+    longest length that varlen kernels take (transformers' `cu_seq_lens_q`, `max_length_q` and
+    their key twins). Built from the host's `seq_lens_per_row`, so no device sync. Exact only
+    when no response shares its prompt with a sibling (`share_prompts=False` packing): each
+    unit is then one sequence."""
+    if any(len(row) for row in batch.seq_lens_per_row) and \
+            sum(map(len, batch.seq_lens_per_row)) < batch.num_sequences:
+        raise ValueError(f"{batch.num_sequences} sequences in "
+                         f"{sum(map(len, batch.seq_lens_per_row))} units: responses share a "
+                         "prompt, which varlen attention cannot confine; pack with "
+                         "share_prompts=False (see packed_layout)")
+    length = batch.input_ids_RL.shape[1]
+    lengths = [n for row in batch.seq_lens_per_row for n in row]
+    starts = [r * length for r in range(len(batch.seq_lens_per_row))]
+    index = [start + j for start, row in zip(starts, batch.seq_lens_per_row)
+             for j in range(sum(row))]
+    if not index:  # only empty rows (a rank kept in step): one padding slot, as its own sequence
+        index, lengths = [0], [1]
+    device = batch.input_ids_RL.device
+    token_index_T = torch.tensor(index, dtype=torch.long, device=HOST).to(device)
+    cu_seq_lens = torch.tensor([0, *itertools.accumulate(lengths)], dtype=torch.int32,
+                               device=HOST).to(device)
+    longest = max(lengths)
+    return DecoderInputs({"input_ids": batch.input_ids_RL.reshape(-1)[token_index_T][None],
+                          "position_ids": batch.position_ids_RL.reshape(-1)[token_index_T][None],
+                          "cu_seq_lens_q": cu_seq_lens, "cu_seq_lens_k": cu_seq_lens,
+                          "max_length_q": longest, "max_length_k": longest},
+                         token_index_T)
+
+
+# --- rlvr's varlen attention, as a transformers attention function -----------------------------
+
+def varlen_kernel(query: torch.Tensor) -> str:
+    """Which kernel `varlen_attention_forward` runs for queries like `query`: torch's varlen
+    flash attention on CUDA in 16 bits (sm80 and later), else sdpa one sequence at a time."""
+    if query.is_cuda and query.dtype in (torch.bfloat16, torch.float16) and \
+            _torch_varlen_attn is not None:
+        return "torch varlen flash attention"
+    return "sdpa per sequence"
+
+
+def _flash_varlen(query_THD: torch.Tensor, key_TKD: torch.Tensor, value_TKD: torch.Tensor,
+                  cu_seq_lens: torch.Tensor, longest: int, scale: float) -> torch.Tensor:
+    """torch's `varlen_attn`, causal, called as the installed torch's signature wants: torch 2.9
+    and 2.10 take `is_causal`, later ones a `window_size` of (-1, 0); `enable_gqa` (2.12 and
+    later) lets fewer key heads serve the query heads, else the keys are repeated."""
+    heads, key_heads = query_THD.shape[1], key_TKD.shape[1]
+    options: dict = {}
+    if "window_size" in _VARLEN_PARAMETERS:
+        options["window_size"] = (-1, 0)
+    else:
+        options["is_causal"] = True
+    if "scale" in _VARLEN_PARAMETERS:
+        options["scale"] = scale
+    elif abs(scale - query_THD.shape[-1] ** -0.5) > 1e-12:
+        raise ValueError(f"this torch's varlen_attn has no scale argument, and the model scales "
+                         f"attention by {scale}, not 1/sqrt(head_dim)")
+    if key_heads != heads:
+        if "enable_gqa" in _VARLEN_PARAMETERS:
+            options["enable_gqa"] = True
+        else:
+            key_TKD = key_TKD.repeat_interleave(heads // key_heads, dim=1)
+            value_TKD = value_TKD.repeat_interleave(heads // key_heads, dim=1)
+    cu_seq_lens = cu_seq_lens.to(torch.int32)
+    return _torch_varlen_attn(query_THD, key_TKD, value_TKD, cu_seq_lens, cu_seq_lens, longest,
+                              longest, **options)
+
+
+def _sdpa_per_sequence(query_THD: torch.Tensor, key_TKD: torch.Tensor, value_TKD: torch.Tensor,
+                       cu_seq_lens: torch.Tensor, scale: float) -> torch.Tensor:
+    """The same attention as `_flash_varlen`, each sequence through causal sdpa by itself: exact
+    on any device and dtype (one sync to read the lengths)."""
+    bounds = cu_seq_lens.tolist()
+    gqa = key_TKD.shape[1] != query_THD.shape[1]
+    outs = []
+    for start, end in zip(bounds[:-1], bounds[1:]):
+        q_1HSD, k_1KSD, v_1KSD = (x[start:end].transpose(0, 1)[None]
+                                  for x in (query_THD, key_TKD, value_TKD))
+        out_1HSD = F.scaled_dot_product_attention(q_1HSD, k_1KSD, v_1KSD, is_causal=True,
+                                                  scale=scale, enable_gqa=gqa)
+        outs.append(out_1HSD[0].transpose(0, 1))
+    return torch.cat(outs)
+
+
+def varlen_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
+                             value: torch.Tensor, attention_mask: torch.Tensor | None,
+                             scaling: float | None = None, dropout: float = 0.0,
+                             cu_seq_lens_q: torch.Tensor | None = None,
+                             max_length_q: int | None = None, **kwargs
+                             ) -> tuple[torch.Tensor, None]:
+    """transformers' attention-function interface (`AttentionInterface`): query [B, H, T, D],
+    key and value [B, K, T, D] -> output [B, T, H, D]. With `cu_seq_lens_q` (`sequence_inputs`)
+    the one row holds those sequences; without it every row is one causal sequence. Sliding
+    windows are ignored (`check_attention_window` refuses sequences longer than one)."""
+    if dropout:
+        raise ValueError("varlen attention has no dropout (the learner turns it off)")
+    if kwargs.get("softcap") or kwargs.get("s_aux") is not None:
+        raise ValueError("varlen attention has no soft-cap and no attention sinks")
+    if kwargs.get("is_causal") is False:
+        raise ValueError("varlen attention is causal only")
+    batch, _, tokens, head_dim = query.shape
+    if cu_seq_lens_q is None:  # plain rows (the model called on its own): one sequence each
+        if attention_mask is not None or key.shape[2] != tokens:
+            raise ValueError("varlen attention runs whole causal sequences: no padding mask "
+                             "and no cache")
+        cu_seq_lens_q = torch.arange(0, (batch + 1) * tokens, tokens, dtype=torch.int32,
+                                     device=query.device)
+        max_length_q = tokens
+    elif batch != 1:
+        raise ValueError(f"cumulative lengths describe one stream of tokens, not {batch} rows")
+    scale = scaling if scaling is not None else head_dim ** -0.5
+    query_THD, key_TKD, value_TKD = (x.transpose(1, 2).reshape(-1, x.shape[1], head_dim)
+                                     .contiguous() for x in (query, key, value))
+    if varlen_kernel(query_THD) == "sdpa per sequence":
+        out_THD = _sdpa_per_sequence(query_THD, key_TKD, value_TKD, cu_seq_lens_q, scale)
+    else:
+        # max_length_q as it came: an int, or a SymInt under torch.compile, which int() would
+        # specialise (a recompilation for every new longest length).
+        out_THD = _flash_varlen(query_THD, key_TKD, value_TKD, cu_seq_lens_q, max_length_q,
+                                scale)
+    return out_THD.reshape(batch, tokens, *out_THD.shape[1:]), None
+
+
+def register_varlen_attention() -> None:
+    """Make `VARLEN` an attention implementation transformers models load with (its registry is
+    global; registering again changes nothing). No mask function is registered, so transformers
+    builds no mask for it."""
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(VARLEN, varlen_attention_forward)
 
 
 @dataclass(frozen=True)
 class PackedAttention:
     """How one attention implementation is told what each token of a packed row may see."""
 
-    decoder_inputs: Callable[[PackedBatch], dict]  # keyword arguments of the decoder's forward
+    decoder_inputs: Callable[[PackedBatch], DecoderInputs]
     shares_prompts: bool  # can a response see a prompt that sibling responses also see?
     # Why it cannot differentiate on a device (a message), or None if it can.
     backward_error: Callable[[torch.device], str | None] = lambda device: None
@@ -147,8 +313,39 @@ PACKED_ATTENTION: dict[str, PackedAttention] = {
     "eager": PackedAttention(_masked_inputs(packed_additive_mask), shares_prompts=True),
     "flex_attention": PackedAttention(_masked_inputs(packed_block_mask), shares_prompts=True,
                                       backward_error=_flex_backward_error),
-    "flash_attention_2": PackedAttention(_varlen_inputs, shares_prompts=False),
+    "flash_attention_2": PackedAttention(sequence_inputs, shares_prompts=False),
+    VARLEN: PackedAttention(sequence_inputs, shares_prompts=False),
 }
+
+
+@dataclass(frozen=True)
+class PackedLayout:
+    """How a run's learner packs rows and attends within them."""
+
+    attention: str  # a `model.attn_implementation` value (never auto)
+    share_prompts: bool  # `pack_sequences(share_prompts=...)`
+
+
+def packed_layout(attention: str, share_prompts: bool | None, device_type: str) -> PackedLayout:
+    """`model.attn_implementation` and `algorithm.share_prompts` resolved for a learner on
+    `device_type`. auto: the device's default attention (`rlvr.device.DEFAULT_ATTENTION`),
+    unless prompts are to be shared and it cannot share them: then sdpa, which can on any
+    device; with share_prompts false, the device's whole-sequence attention
+    (`WHOLE_SEQUENCE_ATTENTION`: varlen on CUDA). share_prompts null: shared where the
+    attention can confine them (fewer tokens), else each sequence whole. ValueError for shared
+    prompts under an attention that cannot."""
+    if attention == "auto" and share_prompts is False:
+        attention = WHOLE_SEQUENCE_ATTENTION[device_type]
+    elif attention == "auto":
+        attention = DEFAULT_ATTENTION[device_type]
+        if share_prompts and not PACKED_ATTENTION[CONFIG_NAMES[attention]].shares_prompts:
+            attention = "sdpa"
+    can_share = PACKED_ATTENTION[CONFIG_NAMES[attention]].shares_prompts
+    if share_prompts and not can_share:
+        raise ValueError(f"algorithm.share_prompts=true needs attention that lets responses see "
+                         f"a shared prompt but not each other (sdpa, eager, flex), not "
+                         f"model.attn_implementation={attention}")
+    return PackedLayout(attention, can_share if share_prompts is None else share_prompts)
 
 
 def packed_attention(model: torch.nn.Module) -> PackedAttention:
@@ -167,10 +364,9 @@ def check_packed_attention(model: torch.nn.Module, share_prompts: bool = True) -
     """Raise ValueError if the model's attention cannot give packed rows their layout.
 
     `share_prompts` says whether packing puts a group's responses after one copy of their
-    prompt (`rlvr.algorithm.packing.pack_sequences`, on by default and the trainer's only
-    layout): each response must then see the prompt but not its siblings, a mask that
-    flash-attention's variable-length kernels (one contiguous causal sequence per token)
-    cannot express.
+    prompt (`rlvr.algorithm.packing.pack_sequences`; `algorithm.share_prompts`, resolved by
+    `packed_layout`): each response must then see the prompt but not its siblings, a mask that
+    variable-length kernels (one contiguous causal sequence per token) cannot express.
     """
     attention, name = packed_attention(model), model.config._attn_implementation
     if share_prompts and not attention.shares_prompts:
@@ -178,7 +374,7 @@ def check_packed_attention(model: torch.nn.Module, share_prompts: bool = True) -
             f"attn_implementation={name!r} attends within contiguous sequences only, but "
             "packing shares each group's prompt among its responses (a response sees the "
             "prompt, not its siblings), which needs a mask: use flex (a block-sparse mask) or "
-            "sdpa, or pack without shared prompts")
+            "sdpa, or pack without shared prompts (algorithm.share_prompts=false)")
 
 
 def check_attention_backward(model: torch.nn.Module, device: torch.device) -> None:
@@ -206,6 +402,6 @@ def check_attention_window(model: torch.nn.Module, max_sequence_length: int) -> 
         raise ValueError(
             f"{type(model).__name__} attends through a sliding window of {window} tokens, "
             f"shorter than the longest sequence ({max_sequence_length} = "
-            "data.max_prompt_length + rollout.response_length): the learner's packed mask has "
+            "data.max_prompt_length + the episode's tokens): the learner's packed mask has "
             "no window, so its logprobs would differ from the model's. Shorten the sequences "
             f"to at most {window} tokens.")

@@ -187,8 +187,8 @@ def _setting(config, name: str | None) -> float | None:
 def _hidden_states(model: torch.nn.Module, batch: PackedBatch) -> torch.Tensor:
     """Final hidden states [R, L, H] from the decoder stack, without the vocabulary projection."""
     inputs = packed_attention(model).decoder_inputs(batch)
-    out = model.get_decoder()(**inputs, use_cache=False)
-    return out.last_hidden_state.reshape(*batch.input_ids_RL.shape, -1)  # varlen runs [1, R*L]
+    out = model.get_decoder()(**inputs.kwargs, use_cache=False)
+    return inputs.to_rows(out.last_hidden_state, *batch.input_ids_RL.shape)  # varlen: [1, T]
 
 
 # Tolerances on the relative gap (logits, packing) for float32 and for 16-bit weights. Same
@@ -282,7 +282,8 @@ def _own_logits_on_row(model: torch.nn.Module, batch: PackedBatch) -> torch.Tens
     """Float32 logits [N, V] of `model(...)` on the batch's one packed row, at the positions
     predicting its response tokens."""
     inputs = packed_attention(model).decoder_inputs(batch)
-    logits_RLV = model(**inputs, use_cache=False).logits.reshape(*batch.input_ids_RL.shape, -1)
+    logits_RLV = inputs.to_rows(model(**inputs.kwargs, use_cache=False).logits,
+                                *batch.input_ids_RL.shape)
     target_L = batch.response_mask_RL[0]
     return logits_RLV[0, batch.predictor_pos_RL[0, target_L]].float()
 

@@ -100,6 +100,32 @@ class UpdateResult:
     memory: dict[str, float] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class MiniBatch:
+    """One optimizer step's share of a training batch (open-instruct's mini-batch): whole packed
+    rows, the loss they train with, bound to this mini-batch's own denominator, and the
+    micro-batches (forward/backward passes) its gradient accumulates over."""
+
+    batch: PackedBatch
+    loss: LossFn
+    num_micro_batches: int = 1
+
+
+class _FirstPassStats:
+    """Entropy and engine-gap sums over the response tokens of the pre-update passes."""
+
+    def __init__(self) -> None:
+        self.entropy_sum = self.diff_sum = self.diff_max = 0.0
+
+    def add(self, mb: PackedBatch, logprobs_RL: torch.Tensor,
+            entropy_RL: torch.Tensor) -> None:
+        mask_RL = mb.response_mask_RL
+        self.entropy_sum += float(entropy_RL[mask_RL].sum())
+        diff = (logprobs_RL - mb.engine_logprobs_RL)[mask_RL].abs()
+        self.diff_sum += float(diff.sum())
+        self.diff_max = max(self.diff_max, float(diff.max()) if diff.numel() else 0.0)
+
+
 def accumulate_sums(total: dict[str, float], part: dict[str, float]) -> None:
     """Add micro-batch (or rank) metric sums; `_max` / `_min` entries combine by max / min."""
     for key, value in part.items():
@@ -302,71 +328,105 @@ class Learner:
 
     def update(self, batch: PackedBatch, loss: LossFn, num_micro_batches: int,
                num_epochs: int, temperature: float) -> UpdateResult:
-        """`num_epochs` optimizer steps over `batch`, each accumulating `num_micro_batches` parts.
-        `loss` is any `LossInputs -> LossOutputs`; the trainer's is a `PolicyLoss`.
+        """`num_epochs` optimizer steps over `batch`, each accumulating `num_micro_batches` parts:
+        `update_mini_batches` with the whole batch as its one mini-batch. `loss` is any
+        `LossInputs -> LossOutputs`; the trainer's is a `PolicyLoss`."""
+        return self.update_mini_batches([MiniBatch(batch, loss, num_micro_batches)], num_epochs,
+                                        temperature)
 
-        Old logprobs are the policy's own before the first optimizer step: taken from the first
-        epoch's forward pass (detached), which saves a separate no-grad pass.
+    def update_mini_batches(self, mini_batches: list[MiniBatch], num_epochs: int,
+                            temperature: float) -> UpdateResult:
+        """`num_epochs` passes over `mini_batches`, one optimizer step per mini-batch (so
+        `num_epochs x len(mini_batches)` steps, each stepping the schedule), each mini-batch's
+        gradient accumulated over its micro-batches and normalised by its own loss.
+
+        Old logprobs are the policy's own before the update's first optimizer step. The first
+        mini-batch's come from its first forward pass (detached), which saves a pass; every
+        later one's from a no-grad pass before that step, as open-instruct computes them (by
+        its turn the policy has moved). The entropy and the engine gap are measured on those
+        pre-update passes too.
         """
         start = time.perf_counter()
-        budget = self.settings.max_tokens_per_micro_batch
+        micro = [self._micro_batches(mb) for mb in mini_batches]
+        with record_function("learner.reference"):
+            ref_logprobs = [[self._reference_logprobs(m, temperature) for m in parts]
+                            for parts in micro]
+        stats = _FirstPassStats()
+        old_logprobs = [[]] + self._old_logprobs(micro[1:], temperature, stats)
+        sums: dict[str, float] = {}
+        grad_norm = learning_rate = 0.0
+        skipped = 0
+        for epoch in range(num_epochs):
+            for i, mb in enumerate(mini_batches):
+                self.optimizer.zero_grad(set_to_none=True)
+                for j, m in enumerate(micro[i]):
+                    # Named spans for torch.profiler (`benchmarks/peak.py`); free when not
+                    # profiling.
+                    first = epoch == 0 and i == 0
+                    with record_function("learner.forward"), self._autocast():
+                        new_RL, entropy_RL = self.forward_fn(self.policy, m, temperature, first)
+                    new_RL = new_RL.float()
+                    if first:
+                        old_logprobs[0].append(new_RL.detach())
+                        stats.add(m, new_RL.detach(), entropy_RL)
+                    with record_function("learner.loss"):
+                        out = mb.loss(LossInputs(new_logprobs_RL=new_RL,
+                                                 old_logprobs_RL=old_logprobs[i][j],
+                                                 advantages_RL=m.advantages_RL,
+                                                 response_mask_RL=m.response_mask_RL,
+                                                 ref_logprobs_RL=ref_logprobs[i][j],
+                                                 sequence_ids_RL=m.sequence_index_RL,
+                                                 engine_logprobs_RL=m.engine_logprobs_RL))
+                    with record_function("learner.backward"):
+                        out.loss.backward()
+                    if epoch == num_epochs - 1:
+                        accumulate_sums(sums, out.sums)
+                with record_function("learner.optimizer"):
+                    grad_norm = clip_grad_norm(self.trainable, self.settings.max_grad_norm)
+                    learning_rate = self.optimizer.param_groups[0]["lr"]  # the rate this step used
+                    if math.isfinite(grad_norm):
+                        self.optimizer.step()
+                    else:  # a non-finite gradient would poison the weights: skip this step
+                        skipped += 1
+                    self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        batches = [mb.batch for mb in mini_batches]
+        return UpdateResult(
+            loss_sums=sums, num_response_tokens=sum(b.num_response_tokens for b in batches),
+            num_tokens=sum(b.num_tokens for b in batches),
+            num_sequences=sum(b.num_sequences for b in batches),
+            entropy_sum=stats.entropy_sum, engine_diff_sum=stats.diff_sum,
+            engine_diff_max=stats.diff_max, grad_norm=grad_norm, learning_rate=learning_rate,
+            skipped_steps=skipped, seconds=time.perf_counter() - start,
+            memory=memory_metrics(self.device))
+
+    @torch.no_grad()
+    def _old_logprobs(self, micro: list[list[PackedBatch]], temperature: float,
+                      stats: _FirstPassStats) -> list[list[torch.Tensor]]:
+        """The policy's logprobs of these mini-batches' micro-batches before any step of the
+        update (a no-grad pass), their entropy and engine gap added to `stats`."""
+        out = []
+        with record_function("learner.old_logprobs"):
+            for parts in micro:
+                out.append([])
+                for m in parts:
+                    with self._autocast():
+                        old_RL, entropy_RL = self.forward_fn(self.policy, m, temperature, True)
+                    out[-1].append(old_RL.float())
+                    stats.add(m, out[-1][-1], entropy_RL)
+        return out
+
+    def _micro_batches(self, mini_batch: MiniBatch) -> list[PackedBatch]:
+        """A mini-batch's rows cut into its micro-batches (`plan_micro_batches`), on the device."""
+        batch, budget = mini_batch.batch, self.settings.max_tokens_per_micro_batch
         row_tokens = [sum(lens) for lens in batch.seq_lens_per_row]
-        parts = [p for p in plan_micro_batches(row_tokens, num_micro_batches, budget) if p]
+        parts = [p for p in plan_micro_batches(row_tokens, mini_batch.num_micro_batches, budget)
+                 if p]
         # A token budget bounds memory only if each part drops the batch's padding columns.
         micro = [batch.select_rows(p).trimmed() if budget else batch.select_rows(p)
                  for p in parts]
         # Batches are built on the host; each micro-batch is copied to the device once.
-        micro = [mb.to(self.device) for mb in micro]
-        with record_function("learner.reference"):
-            ref_logprobs = [self._reference_logprobs(mb, temperature) for mb in micro]
-        old_logprobs: list[torch.Tensor] = []
-        sums: dict[str, float] = {}
-        entropy_sum = diff_sum = diff_max = grad_norm = learning_rate = 0.0
-        skipped = 0
-        for epoch in range(num_epochs):
-            self.optimizer.zero_grad(set_to_none=True)
-            for i, mb in enumerate(micro):
-                # Named spans for torch.profiler (`benchmarks/peak.py`); free when not profiling.
-                with record_function("learner.forward"), self._autocast():
-                    new_RL, entropy_RL = self.forward_fn(self.policy, mb, temperature,
-                                                         epoch == 0)
-                new_RL = new_RL.float()
-                if epoch == 0:
-                    old_logprobs.append(new_RL.detach())
-                with record_function("learner.loss"):
-                    out = loss(LossInputs(new_logprobs_RL=new_RL,
-                                          old_logprobs_RL=old_logprobs[i],
-                                          advantages_RL=mb.advantages_RL,
-                                          response_mask_RL=mb.response_mask_RL,
-                                          ref_logprobs_RL=ref_logprobs[i],
-                                          sequence_ids_RL=mb.sequence_index_RL,
-                                          engine_logprobs_RL=mb.engine_logprobs_RL))
-                with record_function("learner.backward"):
-                    out.loss.backward()
-                if epoch == num_epochs - 1:
-                    accumulate_sums(sums, out.sums)
-                if epoch == 0:
-                    mask_RL = mb.response_mask_RL
-                    entropy_sum += float(entropy_RL[mask_RL].sum())
-                    diff = (new_RL.detach() - mb.engine_logprobs_RL)[mask_RL].abs()
-                    diff_sum += float(diff.sum())
-                    diff_max = max(diff_max, float(diff.max()) if diff.numel() else 0.0)
-            with record_function("learner.optimizer"):
-                grad_norm = clip_grad_norm(self.trainable, self.settings.max_grad_norm)
-                learning_rate = self.optimizer.param_groups[0]["lr"]  # the rate this step used
-                if math.isfinite(grad_norm):
-                    self.optimizer.step()
-                else:  # a non-finite gradient would poison the weights: skip this update
-                    skipped += 1
-                self.scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        return UpdateResult(
-            loss_sums=sums, num_response_tokens=batch.num_response_tokens,
-            num_tokens=batch.num_tokens, num_sequences=batch.num_sequences,
-            entropy_sum=entropy_sum, engine_diff_sum=diff_sum, engine_diff_max=diff_max,
-            grad_norm=grad_norm, learning_rate=learning_rate,
-            skipped_steps=skipped, seconds=time.perf_counter() - start,
-            memory=memory_metrics(self.device))
+        return [mb.to(self.device) for mb in micro]
 
     def save_sharded_state(self, directory: Path, extra: dict[str, Any]) -> None:
         """Policy, reference, optimizer and scheduler, with `extra` (small picklable values),

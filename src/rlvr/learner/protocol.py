@@ -1,9 +1,11 @@
 """What the training loop needs from a learner, and the training state every learner shares.
 
 Two learners satisfy `LearnerProtocol`: `rlvr.learner.Learner` (the policy in this process) and
-`rlvr.distributed.GroupLearner` (ranks in Ray actors, FSDP2). The loop holds one as
-`run.learner` and calls nothing else on it, so it needs no `isinstance` to train, save, resume
-or close; a launcher-specific extra (such as `GroupLearner.broadcast_to`) stays off this surface.
+`rlvr.distributed.GroupLearner` (FSDP2 ranks: Ray actors, or processes joined by
+torch.distributed that the local launcher, torchrun or srun started; the trainer cannot tell
+which). The loop holds one as `run.learner` and calls nothing else on it, so it needs no
+`isinstance` to train, save, resume or close; a launcher-specific extra (such as
+`GroupLearner.broadcast_to`) stays off this surface.
 
 Both write and read one `LearnerState`, keyed by parameter NAME, so a state saved under one
 launcher resumes under the other and on any number of ranks. This module holds no code that
@@ -19,7 +21,7 @@ from typing import Any, Iterator, Protocol, TypedDict, runtime_checkable
 import torch
 
 from rlvr.algorithm.losses import PolicyLoss
-from rlvr.learner.learner import UpdateResult
+from rlvr.learner.learner import MiniBatch, UpdateResult
 from rlvr.rollout.base import RolloutEngine
 from rlvr.types import PackedBatch
 
@@ -61,8 +63,16 @@ class LearnerProtocol(Protocol):
         parts; `loss.params.denominator` is the whole batch's count."""
         ...
 
+    def update_mini_batches(self, mini_batches: list[MiniBatch], num_epochs: int,
+                            temperature: float) -> UpdateResult:
+        """`num_epochs` passes over `mini_batches`, one optimizer step per mini-batch
+        (open-instruct's `num_mini_batches`); each mini-batch's loss carries its own
+        denominator, its count over all ranks. What the trainer calls."""
+        ...
+
     def skip_update(self, num_epochs: int) -> None:
-        """A step without a batch: no optimizer step, but the schedule moves."""
+        """Optimizer steps that have no batch (`num_epochs` of them): none is taken, but the
+        schedule moves as if they had been."""
         ...
 
     def update_reference(self, alpha: float) -> None:

@@ -78,16 +78,19 @@ def load_causal_lm(model_dir: str, dtype: str = "float32",
                    attn_implementation: str = "sdpa") -> torch.nn.Module:
     """A causal LM whose attention can confine packed sequences (`rlvr.learner.attention`), named
     as `model.attn_implementation`: sdpa (a boolean 4-D mask), eager (transformers' explicit
-    attention, given an additive float mask), flex (torch flex attention with a block mask) or
-    flash_attention_2 (varlen kernels; CUDA with flash-attn installed, else transformers raises
-    ImportError)."""
+    attention, given an additive float mask), flex (torch flex attention with a block mask),
+    varlen (rlvr's: whole sequences with cumulative lengths, torch's varlen flash kernel on
+    CUDA) or flash_attention_2 (varlen kernels; CUDA with flash-attn installed, else
+    transformers raises ImportError)."""
     from transformers import AutoModelForCausalLM
 
-    transformers_names = {"sdpa": "sdpa", "eager": "eager", "flex": "flex_attention",
-                          "flash_attention_2": "flash_attention_2"}
+    from rlvr.learner.attention import CONFIG_NAMES as transformers_names
+    from rlvr.learner.attention import register_varlen_attention
+
     if attn_implementation not in transformers_names:
         raise ValueError(f"attn_implementation={attn_implementation!r} is not one of "
                          f"{sorted(transformers_names)}")
+    register_varlen_attention()
     directory = Path(model_dir)
     if (directory / "adapter_config.json").is_file() and not (directory / "config.json").is_file():
         # transformers would fetch the adapter's base by name (from the hub, for a built-in)

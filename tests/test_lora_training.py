@@ -14,11 +14,14 @@ from rlvr.cli import main
 from rlvr.config import ConfigError, load_config
 from rlvr.learner import Learner
 from rlvr.trainer import train
+from tests.certain_reward import REMAP
 
+# REMAP: rewards that differ within every group, so each step's update moves the adapter away
+# from the base (the tiny model's own answers earn none on some RNG streams, CUDA's among them).
 LORA = ["model.lora.rank=4", "model.lora.alpha=8", "algorithm.filter_zero_std_samples=false",
         "eval.local_eval_every=0", "eval.eval_at_start=false", "logging.progress_bar=false",
         "checkpoint.checkpoint_state_freq=1", "optimizer.lr_scheduler_type=constant",
-        "optimizer.learning_rate=1e-2", "model.num_threads=1", "model.bf16_autocast=false"]
+        "optimizer.learning_rate=1e-2", "model.num_threads=1", "model.bf16_autocast=false", REMAP]
 TIMING = ("time/", "learner_tokens_per_second_step", "learner_mfu", "memory/")
 
 

@@ -3,6 +3,7 @@
 import json
 
 import pytest
+import torch
 
 from rlvr.cli import main
 from rlvr.config import load_config
@@ -12,7 +13,9 @@ REQUIRED = ["loss/policy_avg", "loss/kl_avg", "loss/total_avg", "policy/clipfrac
             "policy/entropy_avg", "val/ratio", "objective/verifiable_reward",
             "real_batch_size_ratio", "packed_ratio", "val/sequence_lengths", "val/stop_rate",
             "time/generation", "time/training", "learner_tokens_per_second_step", "learner_mfu",
-            "memory/rss_gb",
+            # the learner's device's memory gauge (`rlvr.device.memory_metrics`): model.device
+            # is auto, so a GPU host trains on its GPU
+            "memory/allocated_gb" if torch.cuda.is_available() else "memory/rss_gb",
             "episode"]
 
 

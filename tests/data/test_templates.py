@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from rlvr.build import check_registered_names
+from rlvr.input_checks import check_registered_names
 from rlvr.settings import source_settings
 from rlvr.cli import main
 from rlvr.config import ConfigError, DataConfig, DataSourceConfig, load_config

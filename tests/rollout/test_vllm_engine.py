@@ -10,8 +10,9 @@ from rlvr.learner.forward import forward_logprobs
 from rlvr.rollout.vllm_engine import INSTALL_HINT, vllm_available
 from rlvr.types import SamplingParams
 
-pytestmark = pytest.mark.skipif(not vllm_available(),
-                                reason=f"vLLM is not installed: {INSTALL_HINT}")
+pytestmark = [pytest.mark.skipif(not vllm_available(),
+                                 reason=f"vLLM is not installed: {INSTALL_HINT}"),
+              pytest.mark.component]  # vLLM in this process
 
 PROMPTS = [[1, 90, 91, 92, 2, 1, 70], [1, 80, 81, 2, 1, 70, 71, 72, 73]]
 TOLERANCE = 1e-4  # fp32 both sides; measured differences are below 1e-6

@@ -1,7 +1,6 @@
 """Exact resume: a run killed with SIGKILL after step 3 and rerun matches an uninterrupted one;
 a state damaged mid-save is skipped for the one before."""
 
-import json
 import os
 import signal
 import subprocess
@@ -9,26 +8,12 @@ import sys
 import time
 
 import pytest
-import torch
-from safetensors.torch import load_file
 
 from rlvr.checkpoint.state import list_states, load_latest_state
+from tests.kill_and_resume import kill_after_step, same_final_weights, tiny_cmd
+from tests.kill_and_resume import metrics as _metrics
 
-# Numbers that depend on wall time, not on the training.
-TIMING = ("time/", "learner_tokens_per_second_step", "learner_mfu", "memory/")  # measured
-
-
-def _cmd(out, episodes=96):
-    return [sys.executable, "-m", "rlvr.cli", "train", "configs/tiny.yaml",
-            f"experiment.output_dir={out}", f"experiment.total_episodes={episodes}",
-            "rollout.response_length=48", "checkpoint.checkpoint_state_freq=1",
-            "algorithm.filter_zero_std_samples=false", "logging.progress_bar=false",
-            "eval.local_eval_every=0", "checkpoint.save_freq=0"]
-
-
-def _metrics(out):
-    rows = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in r.items() if not k.startswith(TIMING)} for r in rows]
+_cmd = tiny_cmd
 
 
 @pytest.mark.slow
@@ -36,22 +21,12 @@ def test_sigkill_after_step_3_then_resume_is_exact(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     straight, killed = tmp_path / "straight", tmp_path / "killed"
     subprocess.run(_cmd(straight), check=True, env=env, capture_output=True)
-    proc = subprocess.Popen(_cmd(killed), env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 120
-    while not (killed / "state" / "step_000003").exists() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert proc.poll() is None, "the run ended before it could be killed"
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    assert not (killed / "final").exists()
+    kill_after_step(_cmd(killed), killed, 3, env, timeout_s=120)
     subprocess.run(_cmd(killed), check=True, env=env, capture_output=True)
     expected, resumed = _metrics(straight), _metrics(killed)
     assert [r["training_step"] for r in resumed] == [0, 1, 2, 3, 4, 5, 6]  # no gap, no repeat
     assert resumed[4:] == expected[4:]
-    a = load_file(straight / "final" / "model.safetensors")
-    b = load_file(killed / "final" / "model.safetensors")
-    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert same_final_weights(straight, killed)
 
 
 def test_a_damaged_state_falls_back_to_the_previous_one(tmp_path, caplog):
@@ -136,6 +111,4 @@ def test_killed_in_the_middle_of_a_state_save_resumes_from_the_previous_state(tm
     resumed = subprocess.run(_cmd(killed), check=True, capture_output=True, text=True)
     assert "resumed from the training state of step 2" in resumed.stderr
     assert _metrics(killed)[3:] == _metrics(straight)[3:]
-    a = load_file(straight / "final" / "model.safetensors")
-    b = load_file(killed / "final" / "model.safetensors")
-    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert same_final_weights(straight, killed)

@@ -15,18 +15,10 @@ from rlvr.config import load_config
 from rlvr.launch.slurm import prepare
 from rlvr.serving.auth import read_key_file
 from rlvr.serving.server import free_port
+from tests.launch.slurm_fakes import FAKE_SRUN
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKE_SERVER = ROOT / "tests" / "serving" / "fake_server.py"
-
-FAKE_SRUN = """#!/bin/bash
-out=/dev/null
-while [[ $# -gt 0 && $1 == --* ]]; do
-    [[ $1 == --output=* ]] && out=${1#--output=}
-    shift
-done
-exec "$@" >> "$out" 2>&1
-"""
 
 # The nodes' python: `rlvr serve` is a fake server that demands the key from the file the
 # script names, bound where it is told; `rlvr train` reports what it was given.

@@ -21,6 +21,7 @@ from rlvr.config import ConfigError, load_config
 from rlvr.launch.slurm_script import (DEFAULT_FIRST_PORT, JobFiles, ServerStep, batch_script,
                                       job_layout)
 from rlvr.serving.server import free_port, is_healthy
+from tests.launch.slurm_fakes import FAKE_SRUN
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKE_SERVER = ROOT / "tests" / "serving" / "fake_server.py"
@@ -138,16 +139,6 @@ def test_servers_that_do_not_fit_the_gpus_are_refused_naming_the_fields():
 
 
 # ---- the script's logic, run by bash with stand-ins for Slurm's commands and the servers ----
-
-FAKE_SRUN = """#!/bin/bash
-# srun's stand-in: drops the options, runs the command with its output in --output's file.
-out=/dev/null
-while [[ $# -gt 0 && $1 == --* ]]; do
-    [[ $1 == --output=* ]] && out=${1#--output=}
-    shift
-done
-exec "$@" >> "$out" 2>&1
-"""
 
 FAKE_PYTHON = f"""#!/bin/bash
 # The nodes' python: `rlvr serve` is a fake server, `rlvr train` reports and exits as told.

@@ -2,19 +2,23 @@
 # One GPU session, in one call on a machine without network access (docs/gpu.md): installs the
 # wheels the image lacks, prepares SmolLM2 if its two halves came along, then runs, most
 # important first, each stage bounded by what is left of the budget:
+#   0. next: the comparisons docs/gpu.md ("Figures") names as not yet made: compiled sdpa with
+#      shared prompts against compiled varlen, Qwen2.5-1.5B and 0.5B shapes
 #   1. benchmarks/gpu.py, Qwen2.5-1.5B shape: today's layout against varlen, checkpointing,
-#      micro-batch sizes and compile
+#      micro-batch sizes and compile (measured 2026-11-26)
 #   2. pytest -m gpu tests/gpu
-#   3. benchmarks/gpu.py, Qwen2.5-0.5B and 7B shapes
+#   3. benchmarks/gpu.py, Qwen2.5-0.5B (measured 2026-11-26) and 7B shapes
+#   4. suite: the -m "not slow" tests that depend on the host's kernel; fullsuite: all of them
 # Everything lands in $OUT (default ./gpu-out), written as it goes, so a timeout keeps what was
 # done: session.log (stages and their times), env.txt, bench.log, bench.jsonl, tests.log.
 #
 #   bash benchmarks/gpu_session.sh                 # on the GPU machine, from the repo root
 #   bash benchmarks/gpu_session.sh --budget 500    # seconds for everything (default 530)
 #   bash benchmarks/gpu_session.sh --dry-run       # here, on CPU: every stage, tiny sizes
-#   bash benchmarks/gpu_session.sh --stages bench15,tests   # some stages only (default: all of
-#       quickstart bench15 tests bench05 bench7 suite; `suite` is the -m "not slow" suite's sandbox, code
-#       and verifier tests on 15 workers, the parts of it that depend on the host's kernel)
+#   bash benchmarks/gpu_session.sh --stages bench15,tests   # some stages only (default:
+#       next tests bench7 fullsuite, what is not yet measured; also quickstart bench15 bench05
+#       suite; `suite` is the -m "not slow" suite's sandbox, code and verifier tests on 15
+#       workers, the parts of it that depend on the host's kernel; `fullsuite` all of it)
 #
 # What it reads from the working tree (ignored paths, to be carried): .gpu-whl/*.whl
 # (../shared/tools/gpu-wheels.sh), and optionally .gpu-a/part + .gpu-b/part, SmolLM2's wheel in
@@ -23,7 +27,7 @@ set -u
 cd "$(dirname "$0")/.."
 BUDGET=530
 DRY=0
-STAGES=quickstart,bench15,tests,bench05,bench7,suite
+STAGES=next,tests,bench7,fullsuite
 while [ $# -gt 0 ]; do
   case "$1" in
     --budget) BUDGET=$2; shift 2 ;;
@@ -39,8 +43,9 @@ PY=${PYTHON:-python3}
 wanted() { case ",$STAGES," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 # Seconds kept back for the wanted stages after $1 (each stage's least useful time), so an early
 # stage cannot eat a later one's.
-ORDER=(prepare quickstart bench15 tests bench05 bench7 suite)
-declare -A LEAST=([prepare]=30 [quickstart]=60 [bench15]=120 [tests]=90 [bench05]=50 [bench7]=50 [suite]=60)
+ORDER=(prepare quickstart next bench15 tests bench05 bench7 suite fullsuite)
+declare -A LEAST=([prepare]=30 [quickstart]=60 [next]=150 [bench15]=120 [tests]=90 [bench05]=50
+               [bench7]=50 [suite]=60 [fullsuite]=120)
 reserve_after() {
   local seen=0 total=0 s
   for s in "${ORDER[@]}"; do
@@ -137,6 +142,14 @@ if wanted quickstart; then
   tail -25 "$OUT/quickstart.log" >>"$OUT/session.log"
 fi
 
+# 0. Not yet measured: compiled sdpa with shared prompts (a dense mask, 1.4x fewer tokens run)
+# against compiled varlen (the best measured), in one process per shape.
+wanted next && bench "next qwen2.5-1.5b" 240 "$(reserve_after next)" "${SIZE[@]}" \
+  --setting "sdpa-shared-$MB16-compile" --setting "sdpa-shared-ckpt-compile" \
+  --setting "varlen-$MB16-compile"
+wanted next && bench "next qwen2.5-0.5b" 120 "$(reserve_after next)" "${SMALL[@]}" \
+  --setting "sdpa-shared-$MB16-compile" --setting "varlen-$MB16-compile"
+
 # 1. Qwen2.5-1.5B: today's layout (sdpa, shared prompts, checkpointing), then varlen with and
 # without checkpointing, smaller micro-batches (memory under 60 GB), checkpointing every other
 # layer, and compiled layers.
@@ -154,7 +167,7 @@ else
   stage "tests" 170 "$(reserve_after tests)" "$OUT/tests.log" $PY -m pytest -m gpu tests/gpu -v -p no:cacheprovider \
     --timeout 150
 fi
-tail -15 "$OUT/tests.log" >>"$OUT/session.log"
+wanted tests && tail -15 "$OUT/tests.log" >>"$OUT/session.log"
 
 # 3. Qwen2.5-0.5B (no checkpointing needed; compile) and 7B (bf16 weights and Adam state, 61 GB:
 # with checkpointing, and without it on 4k-token micro-batches; fp32 master weights, grads and
@@ -174,6 +187,14 @@ if wanted suite; then
   stage "suite" 150 0 "$OUT/suite.log" $PY -m pytest -q -p no:cacheprovider -m "not slow" \
     -n "$WORKERS" "${SUITE[@]}"
   tail -5 "$OUT/suite.log" >>"$OUT/session.log"
+fi
+# 5. The whole -m "not slow" suite on 15 workers (a dry run: two modules).
+if wanted fullsuite; then
+  if [ "$DRY" = 1 ]; then FULL=(tests/test_device.py tests/test_gpu_placement.py); WORKERS=2
+  else FULL=(tests); WORKERS=15; fi
+  stage "fullsuite" 240 0 "$OUT/fullsuite.log" $PY -m pytest -q -p no:cacheprovider -m "not slow" \
+    -n "$WORKERS" --timeout 200 "${FULL[@]}"
+  tail -15 "$OUT/fullsuite.log" >>"$OUT/session.log"
 fi
 log "done; $(left) s of the budget left"
 grep -c '"seconds_per_update"' "$OUT/bench.jsonl" 2>/dev/null | xargs -I{} echo "{} settings measured" \

@@ -23,8 +23,9 @@ from rlvr.checkpoint.resume import plan_resume
 from rlvr.checkpoint.state import TrainingState
 from rlvr.config import Config, ConfigError, to_dict, to_yaml, warnings_for
 from rlvr.data import DataBundle, load_datasets, tokenize_datasets
-from rlvr.device import (HOST, DeviceUnavailable, cluster_bf16, cluster_device_type,
-                         collective_backend, keep_freed_host_memory, resolve_device)
+from rlvr.device import (HOST, ONE_GPU_PER_RANK_FIX, DeviceUnavailable, cluster_bf16,
+                         cluster_device_type, collective_backend, keep_freed_host_memory,
+                         resolve_device)
 from rlvr.distributed.data_prep import DataPrepActor
 from rlvr.distributed.engine_group import EngineGroup
 from rlvr.distributed.trainer_learner import GroupLearner
@@ -293,8 +294,8 @@ def _device_and_precision(cfg: Config, cluster_gpus: float | None) -> DevicePlan
             raise ConfigError(
                 f"distributed.num_learners_per_node={list(cfg.distributed.num_learners_per_node)}"
                 f" starts {here} learner ranks on this machine, which has "
-                f"{torch.cuda.device_count()} GPU(s): NCCL needs one GPU per rank. Start at most "
-                "one rank per GPU, or train on CPU (model.device=cpu)")
+                f"{torch.cuda.device_count()} GPU(s): NCCL needs one GPU per rank. "
+                f"{ONE_GPU_PER_RANK_FIX}")
         return DevicePlan(device.type, device.bf16_compute(m.bf16_autocast))
     learner_gpus = cfg.world_size
     engine_gpus = r.vllm_num_engines * r.vllm_tensor_parallel_size

@@ -323,9 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     except RunFinished as e:  # a rerun of a finished run: nothing to do, and not a failure
         print(f"rlvr: {e}")
         return 0
-    except ConfigError as e:
-        return _fail(e, 2)
-    except (FileNotFoundError, DataError, ServerKeyError, ResumeRefused) as e:
+    except (ConfigError, FileNotFoundError, DataError, ServerKeyError, ResumeRefused) as e:
         return _fail(e, 2)
     except TrainingInterrupted as e:
         return _fail(e, e.exit_code)

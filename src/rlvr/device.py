@@ -48,6 +48,9 @@ HOST = torch.device("cpu")  # where data is prepared and files are read and writ
 DEFAULT_ATTENTION: dict[str, str] = {"cpu": "sdpa", "cuda": "sdpa"}
 # `auto` with `algorithm.share_prompts=false`: each sequence whole, where no mask is needed.
 WHOLE_SEQUENCE_ATTENTION: dict[str, str] = {"cpu": "sdpa", "cuda": "varlen"}
+# What every refusal of two learner ranks on one GPU tells the user to do.
+ONE_GPU_PER_RANK_FIX = ("Start at most one learner rank per GPU "
+                        "(distributed.num_learners_per_node), or train on CPU (model.device=cpu)")
 
 # CPU flags (Linux /proc/cpuinfo) that mean bf16 matmuls run natively: x86 AVX512-BF16 and AMX,
 # and Arm's BF16 extension.
@@ -190,8 +193,7 @@ def resolve_device(requested: str = "auto", local_rank: int = 0) -> Device:
         raise DeviceUnavailable(
             f"local rank {local_rank} needs a GPU of its own, but this process sees {count} "
             f"({what_exists()}): {local_rank + 1} or more learner ranks on this node for {count} "
-            "GPU(s). Start at most one learner rank per GPU (distributed.num_learners_per_node), "
-            "or train on CPU (model.device=cpu)")
+            f"GPU(s). {ONE_GPU_PER_RANK_FIX}")
     index = 0 if own_gpu else local_rank  # one visible GPU: the one Ray or Slurm gave us
     return Device("cuda", index, bf16_native=torch.cuda.is_bf16_supported())
 
@@ -214,8 +216,7 @@ def shared_gpus_message(identities: list[str]) -> str | None:
     where = "; ".join(f"ranks {', '.join(map(str, ranks))} on {gpu}"
                       for gpu, ranks in shared.items())
     return (f"{len(identities)} learner ranks would compute on {len(ranks_of)} GPU(s) ({where}), "
-            "but NCCL needs one GPU per rank. Start at most one learner rank per GPU "
-            "(distributed.num_learners_per_node), or train on CPU (model.device=cpu)")
+            f"but NCCL needs one GPU per rank. {ONE_GPU_PER_RANK_FIX}")
 
 
 def check_one_gpu_per_rank(device: Device, world_size: int) -> None:

@@ -21,11 +21,12 @@ from rlvr.algorithm.mini_batches import mini_batch_count, split_mini_batches
 from rlvr.algorithm.losses import (LossParams, PolicyLoss, normalization_unit,
                                    summarize_loss_metrics)
 from rlvr.build import Run, build_run
-from rlvr.input_checks import verifiers_used
 from rlvr.checkpoint import save_final_model, save_model_checkpoint
+from rlvr.checkpoint.resume import fresh_start_hint
 from rlvr.checkpoint.state import TrainingState, capture_rng, restore_rng, save_state
 from rlvr.config import Config
 from rlvr.faults import engine_fault, verification_failure
+from rlvr.input_checks import verifiers_used
 from rlvr.interrupts import (EngineLost, NumericalFault, ResumeRefused, StopOnSignal,
                              TrainingInterrupted, VerifierFault)
 from rlvr.learner import MiniBatch, UpdateResult
@@ -38,7 +39,6 @@ from rlvr.producer.groups import Episodes
 from rlvr.producer.staleness import drop_stale_groups, staleness_metrics
 from rlvr.producer.training_batch import BatchSettings, build_training_batch
 from rlvr.rewards.canary import run_canary
-from rlvr.rollout.base import EngineUnavailable
 from rlvr.types import PackedBatch, Sample
 
 log = logging.getLogger(__name__)
@@ -67,8 +67,7 @@ def restore_state(run: Run, state: TrainingState) -> None:
         raise ResumeRefused(
             f"the training state in {run.state_dir} (step {state.step}) does not fit this "
             f"run's model and optimizer (or was written by an older rlvr whose local launcher "
-            f"keyed the optimizer by index): {e}. checkpoint.resume=false starts fresh: with a "
-            f"new experiment.output_dir, or after moving {run.output_dir} away") from e
+            f"keyed the optimizer by index): {e}. {fresh_start_hint(run.output_dir)}") from e
     run.source.load_mixer_state(state.mixer)
     restore_rng(state.rng)
     run.episode, run.start_step = state.episode, state.step

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from rlvr.distributed.ranks import RankEnv, free_port
+from rlvr.distributed.ranks import RankEnv
+from rlvr.serving.server import free_port
 
 pytestmark = pytest.mark.component
 

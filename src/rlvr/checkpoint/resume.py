@@ -25,7 +25,8 @@ from rlvr.interrupts import ResumeRefused, RunFinished
 log = logging.getLogger(__name__)
 
 
-def _fresh_start(output_dir: Path) -> str:
+def fresh_start_hint(output_dir: Path) -> str:
+    """How to start over instead, said by every refusal to resume."""
     return (f"checkpoint.resume=false starts fresh: with a new experiment.output_dir, or after "
             f"moving {output_dir} away")
 
@@ -49,7 +50,7 @@ def plan_resume(output_dir: Path, state_dir: Path, resume: bool, num_training_st
     if rejected:
         listed = "; ".join(f"{path.name}: {problem}" for path, problem in rejected)
         raise ResumeRefused(f"no training state in {state_dir} can be resumed ({listed}). "
-                            f"{_fresh_start(output_dir)}")
+                            f"{fresh_start_hint(output_dir)}")
     last = last_logged_step(output_dir / "metrics.jsonl")
     final = output_dir / "final"
     evidence = ", ".join(filter(None, [f"its metrics reach step {last}" if last else "",
@@ -61,7 +62,7 @@ def plan_resume(output_dir: Path, state_dir: Path, resume: bool, num_training_st
         raise ResumeRefused(f"{output_dir} holds an earlier run ({evidence}) and no training "
                             f"state to continue it to step {num_training_steps} from "
                             f"(checkpoint.checkpoint_state_freq=0 saves none); starting at step "
-                            f"0 would mix the two. {_fresh_start(output_dir)}")
+                            f"0 would mix the two. {fresh_start_hint(output_dir)}")
     return None
 
 

@@ -27,6 +27,8 @@ import torch
 from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
 
+from rlvr.device import HOST
+
 
 class UnsafeStateFile(ValueError):
     """A state file holds something other than data (or cannot be read as data)."""
@@ -42,7 +44,7 @@ def load_data(path: Path) -> Any:
     UnsafeStateFile naming the file and the globals it asks for."""
     try:
         with torch.serialization.safe_globals(_NUMPY_ARRAY):
-            return torch.load(path, map_location="cpu", weights_only=True)
+            return torch.load(path, map_location=HOST, weights_only=True)
     except pickle.UnpicklingError as e:
         try:
             named = torch.serialization.get_unsafe_globals_in_checkpoint(str(path))

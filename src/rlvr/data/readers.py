@@ -13,13 +13,13 @@ import logging
 from pathlib import Path
 from typing import Any, Iterator
 
-from rlvr.config import DataSourceConfig
+from rlvr.config import DataConfig, DataSourceConfig
 from rlvr.data.errors import DataError, Example
 
 log = logging.getLogger(__name__)
 
 
-DEFAULT_MAX_ROW_BYTES = 4_000_000  # `data.max_row_bytes`'s default
+DEFAULT_MAX_ROW_BYTES = DataConfig.max_row_bytes  # the config's default, for calls without one
 _SKIP_CHUNK = 1 << 20  # the piece an over-long line is skipped by
 
 

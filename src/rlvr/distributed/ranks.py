@@ -290,9 +290,3 @@ def _report_and_exit(store: dist.Store, rank: int, method: str,
         pass
     exit_process(1)
 
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port free on `host` when chosen (for MASTER_PORT on one machine)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]

@@ -30,7 +30,8 @@ from pathlib import Path
 
 from rlvr.checkpoint.atomic import write_text_atomic
 from rlvr.config import Config, ConfigError, to_yaml
-from rlvr.distributed.ranks import RankEnv, free_port
+from rlvr.distributed.ranks import RankEnv
+from rlvr.serving.server import free_port
 
 log = logging.getLogger(__name__)
 

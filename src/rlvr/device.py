@@ -321,6 +321,38 @@ def what_exists() -> str:
     return ", ".join(parts)
 
 
+@dataclass(frozen=True)
+class DeviceMemory:
+    """A GPU's memory as this process sees it (bytes)."""
+
+    allocated: int  # held by this process's live tensors
+    free: int  # what this process could still allocate: free on the device, plus what its
+    #            caching allocator holds unused
+    total: int
+
+
+def device_memory(device: torch.device) -> DeviceMemory | None:
+    """The allocator's view of `device`, where there is one (CUDA); None on CPU, whose memory
+    is the host's and is not planned for (`rlvr.learner.memory_plan`)."""
+    if device.type != "cuda":
+        return None
+    free, total = torch.cuda.mem_get_info(device)
+    allocated = torch.cuda.memory_allocated(device)
+    cached_unused = torch.cuda.memory_reserved(device) - allocated
+    return DeviceMemory(allocated=allocated, free=free + cached_unused, total=total)
+
+
+def reset_peak_memory(device: torch.device) -> int:
+    """Start measuring `device`'s allocation peak from now; returns what is allocated now."""
+    torch.cuda.reset_peak_memory_stats(device)
+    return torch.cuda.memory_allocated(device)
+
+
+def peak_memory(device: torch.device) -> int:
+    """The most `device` held allocated since `reset_peak_memory`."""
+    return torch.cuda.max_memory_allocated(device)
+
+
 def memory_metrics(device: torch.device) -> dict[str, float]:
     """`memory/*` gauges for this process on `device`: CUDA allocator figures on a GPU
     (AReaL's `log_gpu_stats`), the process's resident set on CPU (its peak is the process's

@@ -40,7 +40,10 @@ def learner_settings(cfg: Config, bf16: bool = False) -> LearnerSettings:
         bf16_autocast=bf16,
         gradient_checkpointing=cfg.model.gradient_checkpointing,
         compile_backend="inductor" if cfg.model.compile else None,
-        max_tokens_per_micro_batch=cfg.algorithm.max_tokens_per_micro_batch)
+        max_tokens_per_micro_batch=cfg.algorithm.max_tokens_per_micro_batch,
+        pack_length=cfg.algorithm.pack_length,
+        max_memory_bytes=(round(cfg.model.max_memory_gb * 1024 ** 3)
+                          if cfg.model.max_memory_gb is not None else None))
 
 
 def lora_settings(cfg: Config) -> LoraSettings | None:

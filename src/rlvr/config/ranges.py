@@ -82,6 +82,7 @@ RANGES: dict[str, Range] = {
     "experiment.total_episodes": AT_LEAST_ONE,
     # model
     "model.num_threads": NON_NEGATIVE,
+    "model.max_memory_gb": POSITIVE,
     "model.lora.rank": NON_NEGATIVE,
     "model.lora.alpha": POSITIVE,
     "model.lora.dropout": UNIT_OPEN_HIGH,

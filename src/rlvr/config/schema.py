@@ -68,7 +68,15 @@ class ModelConfig:
     # on a CPU learner's update; `rlvr.device.keep_freed_host_memory`). null: where the learner
     # computes on the host. The cost: the resident set stays at its peak.
     keep_freed_host_memory: Optional[bool] = None
-    gradient_checkpointing: bool = False  # activation checkpointing of every decoder layer
+    # Activation checkpointing of every decoder layer (recomputes each layer's forward in the
+    # backward pass: a third more compute, a fraction of the activation memory). null: on a
+    # GPU learner in the trainer's process, chosen by measured memory, off if a packed row fits
+    # without it (rlvr.learner.memory_plan); off on CPU and for learner ranks (Ray actors,
+    # launched processes).
+    gradient_checkpointing: Optional[bool] = None
+    # Of the learner's GPU, the memory (GiB) the memory plan may count on; null: what is free
+    # there when training starts (a colocated engine asleep, any other awake), less 8%.
+    max_memory_gb: Optional[float] = None
     # torch.compile each decoder layer of the learner's models (one graph for all layers,
     # dynamic shapes; `rlvr.learner.compiling`): fused elementwise work, for a compile at the
     # first update (about 20 s for SmolLM2 on 2 CPU cores with an empty kernel cache) and again
@@ -297,9 +305,10 @@ class AlgorithmConfig:
     # shared where model.attn_implementation can confine them (attention.packed_layout).
     share_prompts: Optional[bool] = None
     # Cut each mini-batch into micro-batches of at most this many tokens (verl's dynamic batch
-    # size), so long reasoning traces fit in memory; null: gradient_accumulation_steps parts
-    # only. The loss is normalised over the whole mini-batch, so the gradient does not depend
-    # on the cut.
+    # size), so long reasoning traces fit in memory. null: on a GPU learner in the trainer's
+    # process, the most whole rows that fit its memory, measured before the first update
+    # (rlvr.learner.memory_plan); elsewhere gradient_accumulation_steps parts only. The loss
+    # is normalised over the whole mini-batch, so the gradient does not depend on the cut.
     max_tokens_per_micro_batch: Optional[int] = None
     # Optimizer steps per batch, one per mini-batch (open-instruct's and PPO's meaning): the
     # batch's packed rows are cut into this many contiguous groups, each with its own loss

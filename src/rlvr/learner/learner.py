@@ -23,6 +23,7 @@ import copy
 import dataclasses
 import math
 import time
+import logging
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,10 +41,12 @@ from rlvr.algorithm.losses import LossInputs, LossOutputs
 from rlvr.algorithm.packing import plan_micro_batches
 from rlvr.algorithm.polyak import polyak_update_
 from rlvr.checkpoint.sharded import load_sharded, save_sharded
-from rlvr.device import memory_metrics
+from rlvr.device import device_memory, memory_metrics
 from rlvr.learner.compiling import compile_decoder_layers
 from rlvr.learner.dropout import disable_dropout
 from rlvr.learner.forward import forward_logprobs
+from rlvr.learner.memory_plan import (MemoryPlan, memory_room, plan_memory, probe_pass,
+                                      probe_rows)
 from rlvr.learner.lora import (adapters_disabled, check_adapter_state, engine_weights,
                                is_adapter_dropout, trainable_parameters)
 from rlvr.learner.schedule import build_scheduler
@@ -52,6 +55,7 @@ from rlvr.types import PackedBatch
 if TYPE_CHECKING:  # the protocol module imports this one
     from rlvr.learner.protocol import LearnerState
 
+log = logging.getLogger(__name__)
 LossFn = Callable[[LossInputs], LossOutputs]
 # (model, batch, temperature, with_entropy) -> (logprobs_RL, entropy_RL or None)
 ForwardFn = Callable[[torch.nn.Module, PackedBatch, float, bool],
@@ -74,10 +78,17 @@ class LearnerSettings:
     betas: tuple[float, float] = (0.9, 0.999)
     eps: float = 1e-8
     bf16_autocast: bool = False  # resolved (rlvr.device): autocast of an unsharded policy
-    gradient_checkpointing: bool = False
+    # None: chosen by measured memory where the device has allocator figures (a GPU; see
+    # `pack_length`), else off.
+    gradient_checkpointing: bool | None = False
     # torch.compile each decoder layer with this backend (`rlvr.learner.compiling`); None: no.
     compile_backend: str | None = None
-    max_tokens_per_micro_batch: int | None = None  # see `plan_micro_batches`
+    # See `plan_micro_batches`. None with `pack_length` set, on a GPU: the most that fit.
+    max_tokens_per_micro_batch: int | None = None
+    # Rows of this many tokens probe the memory (`rlvr.learner.memory_plan`) before the first
+    # update, to choose what the two fields above leave None; None: nothing is planned.
+    pack_length: int | None = None
+    max_memory_bytes: int | None = None  # of the whole GPU, what the plan may count on
 
 
 @dataclass
@@ -235,6 +246,13 @@ class Learner:
         self.settings = settings
         if settings.gradient_checkpointing:
             policy.gradient_checkpointing_enable()
+        # Chosen before the first update, when its memory is what training will have (a
+        # colocated engine asleep, another awake beside it); `memory_plan` says what was.
+        self.memory_plan: MemoryPlan | None = None
+        self._plan_pending = (settings.pack_length is not None
+                              and device_memory(self.device) is not None
+                              and (settings.gradient_checkpointing is None
+                                   or settings.max_tokens_per_micro_batch is None))
         if settings.compile_backend:  # last: the models are final (copied, sharded, wrapped)
             for model in (policy, reference):
                 if model is not None:
@@ -347,6 +365,8 @@ class Learner:
         pre-update passes too.
         """
         start = time.perf_counter()
+        if self._plan_pending:
+            self.plan_memory()
         micro = [self._micro_batches(mb) for mb in mini_batches]
         with record_function("learner.reference"):
             ref_logprobs = [[self._reference_logprobs(m, temperature) for m in parts]
@@ -399,6 +419,46 @@ class Learner:
             engine_diff_max=stats.diff_max, grad_norm=grad_norm, learning_rate=learning_rate,
             skipped_steps=skipped, seconds=time.perf_counter() - start,
             memory=memory_metrics(self.device))
+
+    def plan_memory(self) -> MemoryPlan:
+        """Choose what the settings leave None (checkpointing, the micro-batch budget) from
+        probe passes over rows of `pack_length` tokens (`rlvr.learner.memory_plan`); the first
+        update calls it. The probes' gradients are discarded and the global RNG is not drawn,
+        so the run's numbers do not depend on it; MemoryPlanError when no row fits."""
+        s, self._plan_pending = self.settings, False
+        vocab = self.policy.config.get_text_config().vocab_size
+
+        def probe(rows: int, checkpointing: bool):
+            self._set_checkpointing(checkpointing)
+            if rows == 1:  # unmeasured first: the gradients' first allocation, any compile
+                probe_pass(self.policy, self.forward_fn, self._autocast(),
+                           probe_rows(1, s.pack_length, vocab), self.device)
+            return probe_pass(self.policy, self.forward_fn, self._autocast(),
+                              probe_rows(rows, s.pack_length, vocab), self.device)
+
+        # AdamW's two moments are allocated at its first step: count them now.
+        pending = 0 if self.optimizer.state else 2 * sum(p.numel() * p.element_size()
+                                                         for p in self.trainable)
+        try:
+            plan = plan_memory(probe, lambda: memory_room(self.device, pending,
+                                                          s.max_memory_bytes),
+                               s.pack_length, s.gradient_checkpointing,
+                               s.max_tokens_per_micro_batch)
+        finally:
+            self.optimizer.zero_grad(set_to_none=True)
+        self._set_checkpointing(plan.gradient_checkpointing)
+        self.settings = dataclasses.replace(
+            s, gradient_checkpointing=plan.gradient_checkpointing,
+            max_tokens_per_micro_batch=plan.max_tokens_per_micro_batch)
+        (log.info if plan.fits else log.warning)("learner memory plan: %s", plan.describe())
+        self.memory_plan = plan
+        return plan
+
+    def _set_checkpointing(self, on: bool) -> None:
+        if on:
+            self.policy.gradient_checkpointing_enable()
+        else:
+            self.policy.gradient_checkpointing_disable()
 
     @torch.no_grad()
     def _old_logprobs(self, micro: list[list[PackedBatch]], temperature: float,

@@ -2,7 +2,10 @@
 each with sdpa and with eager attention (`model.attn_implementation`), in one process,
 alternating, against this machine's matmul peak measured in the same run.
 
-    python benchmarks/compile.py [--updates 4] [--threads 2] [--attention sdpa eager]
+    python benchmarks/compile.py [--updates 4] [--threads 2] [--attention sdpa eager] [--head]
+
+With `--head`, both learners of an attention compile their layers, one with the vocabulary head
+eager (its compiled head removed), one with it compiled too, as `model.compile` does.
 
 A learner per setting on the same weights, the compiled ones compiling with inductor (as
 `model.compile` does); each gets the same batches in turn, so all see the same machine state.
@@ -52,6 +55,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--attention", nargs="+", default=["sdpa", "eager"],
                         choices=["sdpa", "eager"], help="model.attn_implementation values")
+    parser.add_argument("--head", action="store_true",
+                        help="compiled layers with an eager head against compiled layers and head")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -59,6 +64,7 @@ def main() -> None:
     from rlvr.config import load_config
     from rlvr.device import cpu_has_native_bf16, keep_freed_host_memory
     from rlvr.learner import Learner, LearnerSettings
+    from rlvr.learner.forward import COMPILED_HEAD
     from rlvr.metrics.throughput import (ModelShape, measure_matmul_flops,
                                          transformer_flops_per_token)
     from rlvr.models import load_causal_lm, load_tokenizer, resolve_model_dir
@@ -77,7 +83,10 @@ def main() -> None:
     tokenizer = load_tokenizer(model_dir)
     learners = {}
     for attention in args.attention:
-        for mode, compile_ in (("eager", False), ("compiled", True)):
+        # (label, compile, keep the compiled head)
+        modes = ([("compiled, eager head", True, False), ("compiled", True, True)] if args.head
+                 else [("eager", False, False), ("compiled", True, True)])
+        for mode, compile_, head in modes:
             settings = LearnerSettings(learning_rate=1e-7, lr_scheduler_type="constant",
                                        warm_up_steps=0, total_optimizer_steps=1000,
                                        bf16_autocast=bf16,
@@ -85,6 +94,8 @@ def main() -> None:
             torch.manual_seed(0)
             policy = load_causal_lm(model_dir, attn_implementation=attention)
             learners[f"{mode}, {attention} attention"] = Learner(policy, None, settings)
+            if compile_ and not head:
+                delattr(policy, COMPILED_HEAD)
     baseline = next(iter(learners))
     shape = ModelShape.of(learners[baseline].policy)
 
@@ -110,12 +121,17 @@ def main() -> None:
         for name, spent in times.items():
             medians[name] = statistics.median(spent[1:])
             tokens_per_second = batch.num_tokens / medians[name]
-            print(f"  {name:27s} first {spent[0]:6.2f} s   {medians[name]:5.2f} s/update   "
+            print(f"  {name:39s} first {spent[0]:6.2f} s   {medians[name]:5.2f} s/update   "
                   f"{tokens_per_second:4.0f} tokens/s   MFU {full * tokens_per_second / peak:.1%}"
                   f" (6N only {6 * shape.num_params * tokens_per_second / peak:.1%})   "
                   f"all: {' '.join(f'{t:.2f}' for t in spent)}")
         for name in list(learners)[1:]:
-            print(f"  {name} against {baseline}: {medians[baseline] / medians[name]:.2f}x faster")
+            # Also the median of each round's ratio: the two updates of a round ran seconds
+            # apart, so a machine that slows for minutes (a neighbour's load) skews it less.
+            paired = statistics.median(
+                b / t for b, t in zip(times[baseline][1:], times[name][1:]))
+            print(f"  {name} against {baseline}: {medians[baseline] / medians[name]:.2f}x faster "
+                  f"(median of the rounds' ratios {paired:.2f}x)")
 
 
 if __name__ == "__main__":

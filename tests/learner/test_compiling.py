@@ -1,14 +1,16 @@
-"""Compiled decoder layers (`model.compile`): the same logprobs, gradients and updates as eager,
-one graph for every layer and for batches of other shapes, each model compiled on its own
-layers, LoRA included; a model without a layer list is refused by name.
+"""Compiled decoder layers and vocabulary head (`model.compile`): the same logprobs, entropies,
+gradients and updates as eager, one graph for every layer and for batches of other shapes, one
+for every chunk of logits, each model compiled on its own layers, LoRA included; a model
+without a layer list is refused by name.
 
-The logprob and gradient test compiles with inductor, as runs do; the learner tests use
-aot_eager, which captures the same graphs (forward, backward, guards) without generating code,
-because a cold inductor compile costs 10-20 s a graph on 2 cores."""
+The layers' logprob and gradient test and one head test compile with inductor, as runs do; the
+other tests use aot_eager, which captures the same graphs (forward, backward, guards) without
+generating code, because a cold inductor compile costs 10-20 s a graph on 2 cores."""
 
 from __future__ import annotations
 
 import contextlib
+import copy
 
 import pytest
 import torch
@@ -18,7 +20,7 @@ from rlvr.algorithm.losses import LossParams, PolicyLoss
 from rlvr.algorithm.packing import SequenceToPack, pack_sequences
 from rlvr.learner import Learner, LearnerSettings
 from rlvr.learner.compiling import compile_decoder_layers
-from rlvr.learner.forward import forward_logprobs
+from rlvr.learner.forward import compiled_head, forward_logprobs, token_logprobs
 from rlvr.models import decoder_layers
 
 # torch.compile builds C++ kernels (seconds each): a component test, left out of make test-fast.
@@ -85,7 +87,8 @@ def test_compiled_layers_give_eager_logprobs_and_gradients_with_one_graph(tiny_m
         if step == 0:
             first = _compiled_graphs() - graphs
             assert first >= 1
-    assert _compiled_graphs() - graphs == first  # one graph served every layer and shape
+    # One graph served every layer and shape, one every chunk of logits.
+    assert _compiled_graphs() - graphs == first
 
 
 def test_a_compiling_learner_updates_as_an_eager_one(tiny_model_dir):
@@ -102,6 +105,8 @@ def test_a_compiling_learner_updates_as_an_eager_one(tiny_model_dir):
     for model in (compiled.policy, compiled.reference):
         for layer in decoder_layers(model):
             assert layer.forward._torchdynamo_orig_callable.__self__ is layer
+        assert compiled_head(model) is not None
+    assert compiled_head(eager.policy) is None
     for step in range(2):
         batch = _batch(4, seed=10 + step)
         want = eager.update(batch, _loss(batch), 2, 1, 1.0)
@@ -114,6 +119,88 @@ def test_a_compiling_learner_updates_as_an_eager_one(tiny_model_dir):
     got, want = dict(compiled.named_weights()), dict(eager.named_weights())
     for name in want:
         torch.testing.assert_close(got[name], want[name], atol=1e-5, rtol=1e-4, msg=name)
+
+
+def _tiny_gemma2() -> torch.nn.Module:
+    """Gemma2 soft-caps its logits (a `LOGIT_RECIPES` step, in the model's dtype), built as
+    test_logit_scaling.py builds its models: logits of order 1, so the cap bites."""
+    from transformers import AutoModelForCausalLM, Gemma2Config
+
+    config = Gemma2Config(vocab_size=96, hidden_size=32, intermediate_size=64,
+                          num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+                          head_dim=16, initializer_range=0.2, final_logit_softcapping=2.0)
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        return AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
+
+
+def _head_results(model, hidden_NH, targets_N, bf16: bool) -> dict[str, torch.Tensor]:
+    """Logprobs and entropies of 11 tokens in chunks of 4 (the last one shorter, each rerun in
+    the backward pass) at temperature 0.7, and the gradients of a weighted sum of the logprobs
+    with respect to the hidden states and the head's weight; then the same without gradients
+    (the reference's and the old logprobs' pass)."""
+    model.zero_grad()
+    hidden_NH = hidden_NH.clone().requires_grad_()
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        logp_N, entropy_N = token_logprobs(model, hidden_NH, targets_N, 0.7, with_entropy=True,
+                                           chunk_tokens=4)
+        with torch.no_grad():
+            no_grad_N, no_grad_entropy_N = token_logprobs(model, hidden_NH, targets_N, 0.7,
+                                                          with_entropy=True, chunk_tokens=4)
+    (logp_N * torch.linspace(-1, 1, len(logp_N))).sum().backward()
+    return {"logprobs": logp_N.detach(), "entropy": entropy_N, "hidden grad": hidden_NH.grad,
+            "head grad": model.get_output_embeddings().weight.grad.clone(),
+            "no-grad logprobs": no_grad_N, "no-grad entropy": no_grad_entropy_N}
+
+
+def _check_compiled_head(eager, backend: str) -> None:
+    """The compiled head against the eager one, float32 and bf16 autocast; its graphs run
+    without the decoder, so every graph counted is the head's."""
+    compiled = copy.deepcopy(eager)
+    compile_decoder_layers(compiled, backend)
+    assert compiled_head(eager) is None and compiled_head(compiled) is not None
+    gen = torch.Generator().manual_seed(0)
+    hidden_NH = 3 * torch.randn(11, eager.config.hidden_size, generator=gen)
+    targets_N = torch.randint(0, eager.config.vocab_size, (11,), generator=gen)
+    for bf16 in (False, True):
+        graphs = _compiled_graphs()
+        want = _head_results(eager, hidden_NH, targets_N, bf16)
+        assert _compiled_graphs() == graphs  # the eager model compiles nothing
+        got = _head_results(compiled, hidden_NH, targets_N, bf16)
+        # One graph with gradients for chunks of 4 and 3 (shapes are dynamic), one without.
+        assert _compiled_graphs() - graphs == 2
+        # bf16: inductor rounds the soft-cap's steps as eager does (`compile_head`); without
+        # that, logprobs were 5e-3 off.
+        tolerance = dict(atol=1e-3, rtol=1e-3) if bf16 else dict(atol=1e-5, rtol=1e-5)
+        for key, value in want.items():
+            torch.testing.assert_close(got[key], value, **tolerance, msg=key)
+        assert want["entropy"].min() > 0.1  # not a one-hot distribution: the test means something
+
+
+@pytest.mark.parametrize("model_name", ["llama", "gemma2 soft-cap"])
+def test_the_compiled_head_gives_eager_logprobs_entropy_and_gradients(tiny_model_dir,
+                                                                      model_name):
+    from rlvr.models import load_causal_lm
+
+    eager = load_causal_lm(tiny_model_dir) if model_name == "llama" else _tiny_gemma2()
+    _check_compiled_head(eager, "aot_eager")
+
+
+def test_the_head_compiled_by_inductor_gives_eager_logprobs_entropy_and_gradients():
+    _check_compiled_head(_tiny_gemma2(), "inductor")
+
+
+def test_a_compiled_head_runs_a_batch_without_response_tokens(tiny_model_dir):
+    from rlvr.models import load_causal_lm
+
+    model = load_causal_lm(tiny_model_dir)
+    compile_decoder_layers(model, "aot_eager")
+    hidden = torch.zeros(0, model.config.hidden_size, requires_grad=True)
+    logp_N, entropy_N = token_logprobs(model, hidden, torch.zeros(0, dtype=torch.long), 1.0,
+                                       with_entropy=True)
+    assert logp_N.shape == entropy_N.shape == (0,) and logp_N.grad_fn is not None
+    logp_N.sum().backward()  # a sharded peer with rows must not wait on a missing gradient
+    assert model.lm_head.weight.grad is not None
 
 
 def test_a_compiled_lora_policy_switches_its_adapters_off_for_the_reference(tiny_model_dir):

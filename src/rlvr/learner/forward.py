@@ -15,6 +15,7 @@ with the model's own `forward` once per loaded model and refuses one it does not
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 
 import torch
@@ -126,7 +127,13 @@ def token_logprobs(model: torch.nn.Module, hidden_NH: torch.Tensor, targets_N: t
 
 class _ChunkLogprobs:
     """One chunk's logprobs from its hidden states (what `checkpoint` reruns in the backward
-    pass); the entropy is taken on the first run only, the rerun would repeat it for nothing."""
+    pass): the output projection, eager (a library matmul, inside whatever hooks wrap the head
+    module), then `head_logprobs`, compiled if `model.compile` compiled it (`compiled_head`).
+    The eager head takes the entropy on the first run only, the rerun would repeat it for
+    nothing; a compiled one takes it on the rerun too, so that the rerun runs the graph the
+    first run ran: `checkpoint` hands the backward the rerun's saved tensors by position, and
+    nothing promises that another graph saves the same ones (today's do). Fused, that costs one
+    more read of the chunk's logits."""
 
     def __init__(self, model: torch.nn.Module, targets_C: torch.Tensor, temperature: float,
                  with_entropy: bool):
@@ -135,14 +142,40 @@ class _ChunkLogprobs:
         self.entropy_C: torch.Tensor | None = None
 
     def __call__(self, hidden_CH: torch.Tensor) -> torch.Tensor:
-        logits_CV = output_logits(self.model, hidden_CH) / self.temperature
-        lse_C = torch.logsumexp(logits_CV, dim=-1)
-        logp_C = logits_CV.gather(-1, self.targets_C[:, None]).squeeze(-1) - lse_C
-        if self.with_entropy and self.entropy_C is None:
-            with torch.no_grad():  # H = -sum p log p = lse - sum p * logit
-                p_CV = torch.exp(logits_CV - lse_C[:, None])
-                self.entropy_C = lse_C - (p_CV * logits_CV).sum(-1)
+        head = compiled_head(self.model)
+        with_entropy = self.with_entropy and (head is not None or self.entropy_C is None)
+        logp_C, entropy_C = (head or head_logprobs)(
+            projected_logits(self.model, hidden_CH), self.targets_C, self.temperature,
+            logit_steps(self.model), with_entropy)
+        if self.entropy_C is None:
+            self.entropy_C = entropy_C
         return logp_C
+
+
+def head_logprobs(logits_CV: torch.Tensor, targets_C: torch.Tensor, temperature: float,
+                  steps: LogitSteps, with_entropy: bool
+                  ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Float32 logprobs [C] of the targets from a chunk's output projection [C, V] (the compute
+    dtype), after its `LogitSteps`, at `temperature`; and the distribution's entropy [C] (no
+    gradient) if asked, else None. A pure function of tensors and numbers: `model.compile`
+    compiles it (`rlvr.learner.compiling`), the eager path calls it as it is."""
+    logits_CV = steps.apply(logits_CV).float() / temperature
+    lse_C = torch.logsumexp(logits_CV, dim=-1)
+    logp_C = logits_CV.gather(-1, targets_C[:, None]).squeeze(-1) - lse_C
+    if not with_entropy:
+        return logp_C, None
+    logits_CV, lse_C = logits_CV.detach(), lse_C.detach()  # a metric: no gradient
+    p_CV = torch.exp(logits_CV - lse_C[:, None])  # H = -sum p log p = lse - sum p * logit
+    return logp_C, lse_C - (p_CV * logits_CV).sum(-1)
+
+
+# The attribute where `rlvr.learner.compiling` keeps a model's compiled `head_logprobs`.
+COMPILED_HEAD = "rlvr_compiled_head"
+
+
+def compiled_head(model: torch.nn.Module) -> Callable | None:
+    """The model's compiled `head_logprobs` (`model.compile`), or None: the eager one runs."""
+    return getattr(model, COMPILED_HEAD, None)
 
 
 def response_hidden(model: torch.nn.Module, batch: PackedBatch) -> torch.Tensor:
@@ -164,20 +197,48 @@ def response_logits(model: torch.nn.Module, batch: PackedBatch) -> torch.Tensor:
 def output_logits(model: torch.nn.Module, hidden_NH: torch.Tensor) -> torch.Tensor:
     """Float32 logits [N, V] from final hidden states [N, H], as the model's own `forward`
     computes them: the output projection plus its architecture's `LOGIT_RECIPES` steps."""
+    return logit_steps(model).apply(projected_logits(model, hidden_NH)).float()
+
+
+def projected_logits(model: torch.nn.Module, hidden_NH: torch.Tensor) -> torch.Tensor:
+    """The output projection's logits [N, V] (the compute dtype) from final hidden states
+    [N, H], divided first where the architecture's recipe says (`hidden_divisor`); the recipe's
+    steps after the projection are `logit_steps`'."""
     recipe = LOGIT_RECIPES.get(model.config.model_type, _PLAIN)
     config = model.config.get_text_config()  # a multimodal config nests the values
     if (divisor := _setting(config, recipe.hidden_divisor)) is not None:
         hidden_NH = hidden_NH / divisor
-    logits_NV = model.get_output_embeddings()(hidden_NH)
-    # Each step runs in the model's dtype and order, as its forward does, so a 16-bit model's
-    # logits match its forward's bit for bit too; only then are they upcast for the softmax.
-    if (multiplier := _setting(config, recipe.logit_multiplier)) is not None:
-        logits_NV = logits_NV * multiplier
-    if (divisor := _setting(config, recipe.logit_divisor)) is not None:
-        logits_NV = logits_NV / divisor
-    if (cap := _setting(config, recipe.softcap)) is not None:
-        logits_NV = torch.tanh(logits_NV / cap) * cap
-    return logits_NV.float()
+    return model.get_output_embeddings()(hidden_NH)
+
+
+@dataclass(frozen=True)
+class LogitSteps:
+    """The values of a model's `LOGIT_RECIPES` steps after the output projection (None:
+    skipped), to apply to its logits as its `forward` does."""
+
+    multiplier: float | None = None
+    divisor: float | None = None
+    cap: float | None = None
+
+    def apply(self, logits_NV: torch.Tensor) -> torch.Tensor:
+        # Each step runs in the model's dtype and order, as its forward does, so a 16-bit
+        # model's logits match its forward's bit for bit too (compiled too: `compile_head` has
+        # inductor round as eager does); only then are they upcast for the softmax.
+        if self.multiplier is not None:
+            logits_NV = logits_NV * self.multiplier
+        if self.divisor is not None:
+            logits_NV = logits_NV / self.divisor
+        if self.cap is not None:
+            logits_NV = torch.tanh(logits_NV / self.cap) * self.cap
+        return logits_NV
+
+
+def logit_steps(model: torch.nn.Module) -> LogitSteps:
+    """The model's `LOGIT_RECIPES` steps after the projection, with its config's values."""
+    recipe = LOGIT_RECIPES.get(model.config.model_type, _PLAIN)
+    config = model.config.get_text_config()
+    return LogitSteps(_setting(config, recipe.logit_multiplier),
+                      _setting(config, recipe.logit_divisor), _setting(config, recipe.softcap))
 
 
 def _setting(config, name: str | None) -> float | None:

@@ -7,6 +7,8 @@ its datasheet, and peak memory.
     python benchmarks/gpu.py --shape qwen2.5-1.5b --setting sdpa-shared-ckpt --setting varlen \\
         --setting varlen-mb8k --setting varlen-mb8k-compile --out runs/gpu.jsonl
     python benchmarks/gpu.py --shape qwen2.5-7b --setting varlen-ckpt-bf16w
+    python benchmarks/gpu.py --setting varlen-mb16k-compile --steps 2 --profile runs/profile
+    python benchmarks/gpu.py --setting varlen-fit-compile --max-memory-gb 60   # the memory plan
     python benchmarks/gpu.py --device cpu --shape tiny --tokens 2048 --steps 1   # a dry run
 
 A setting is a name made of dash-separated words, applied to the learner as the config would:
@@ -19,6 +21,10 @@ A setting is a name made of dash-separated words, applied to the learner as the 
   mbNk | mbN                       algorithm.max_tokens_per_micro_batch = N*1024 | N
   bf16w                            model.dtype=bfloat16 (weights and AdamW state in bf16; else
                                    fp32 master weights with bf16 autocast)
+  fit                              the learner's memory plan (`rlvr.learner.memory_plan`)
+                                   chooses checkpointing (unless ckpt; not with ckptN) and the
+                                   budget (unless mbNk) from probes of rows of --pack-length,
+                                   within --max-memory-gb: both config fields left null
 e.g. `varlen-mb8k-compile`. Each setting gets a fresh model and learner and reports a line and,
 with --out, a JSON record appended as soon as it is measured (a timeout keeps what was done).
 
@@ -26,7 +32,9 @@ The update is a DAPO step over groups of `--group-size` samples sharing a prompt
 up to `--prompt-tokens`, responses of a quarter to all of `--response-tokens`), `--tokens`
 sequence tokens in all, packed into rows of `--pack-length`. The same sequences are used for
 every setting, so seconds per update compare layouts that run different token counts. The first
-update (two with compile: allocator warm-up, kernel selection, compilation) is not counted.
+update (two with compile: allocator warm-up, kernel selection, compilation; with fit, the
+memory plan's probes) is not counted. A fit setting's line and record say what the plan chose
+("plan: none (no allocator figures)" on CPU, where the learner plans nothing).
 
 FLOPs (`rlvr.metrics.throughput.update_flops`): 6 per decoder weight per token run, 6 H V per
 response token for the output projection (the learner computes no other logits), and 12 x
@@ -35,6 +43,11 @@ varlen kernel computes; a dense mask's extra pairs are not work). Recomputation 
 the chunked head's backward) is not counted. The measured peak is the best of 8192^3 bf16
 matmuls (`measure_matmul_flops`); the datasheet's is the dense bf16 figure
 (`datasheet_peak_flops`). Generation speed is `benchmarks/generation.py`'s job.
+
+--profile DIR: after a setting's timed updates, one more update under torch.profiler, broken
+down by `gpu_profile` (beside this script): wall against busy device time, device time by
+category, by span of `Learner.update` and the head's share, the top kernels. Printed, and in
+the JSON record as "profile"; tables and chrome traces written to DIR.
 """
 
 from __future__ import annotations
@@ -44,6 +57,7 @@ import datetime
 import gc
 import inspect
 import json
+import os
 import random
 import re
 import statistics
@@ -53,6 +67,12 @@ import traceback
 from dataclasses import asdict, dataclass
 
 import torch
+
+# Run as a script, this folder is sys.path[0]; loaded by path (tests/test_gpu_benchmark.py), it
+# is appended, where it shadows no installed module.
+if os.path.dirname(os.path.abspath(__file__)) not in sys.path:
+    sys.path.append(os.path.dirname(os.path.abspath(__file__)))
+from gpu_profile import describe_profile, profile_or_error  # noqa: E402
 
 # Model shapes from their published configs (hidden, layers, heads, kv heads, MLP, vocab).
 SHAPES = {
@@ -81,6 +101,7 @@ class Setting:
     compile: bool = False
     max_tokens_per_micro_batch: int | None = None  # None: the command line's
     bf16_weights: bool = False
+    fit: bool = False  # the learner's memory plan chooses what the fields above leave open
 
 
 def parse_setting(name: str) -> Setting:
@@ -99,8 +120,13 @@ def parse_setting(name: str) -> Setting:
             fields["max_tokens_per_micro_batch"] = int(m.group(1)) * (1024 if m.group(2) else 1)
         elif word == "bf16w":
             fields["bf16_weights"] = True
+        elif word == "fit":
+            fields["fit"] = True
         else:
             raise ValueError(f"setting {name!r}: unknown word {word!r}")
+    if fields.get("fit") and fields.get("checkpoint_every", 0) > 1:
+        # The learner checkpoints every layer or none; a plan has no every-Nth choice.
+        raise ValueError(f"setting {name!r}: fit takes ckpt, not ckptN")
     return Setting(**fields)
 
 
@@ -162,28 +188,73 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def timed_update(learner, batch, loss, device: torch.device) -> tuple[float, object]:
+    """Seconds of one learner update (the device drained before and after) and its result."""
+    synchronize(device)
+    start = time.perf_counter()
+    result = learner.update(batch, loss, num_micro_batches=1, num_epochs=1, temperature=1.0)
+    synchronize(device)
+    return time.perf_counter() - start, result
+
+
+def learner_settings(args: argparse.Namespace, setting: Setting, bf16: bool,
+                     warmups: int) -> LearnerSettings:
+    """The learner's `LearnerSettings` for `setting`. Without fit, the benchmark checkpoints
+    (`enable_checkpointing`) and the budget is mbNk's or --max-tokens-per-micro-batch; with
+    fit, what ckpt and mbNk leave open is None, for the memory plan to choose before the first
+    update from rows of --pack-length within --max-memory-gb (`Learner.plan_memory`)."""
+    from rlvr.learner import LearnerSettings
+
+    plan = {}
+    if setting.fit:
+        plan = dict(gradient_checkpointing=True if setting.checkpoint_every else None,
+                    pack_length=args.pack_length,
+                    max_memory_bytes=(None if args.max_memory_gb is None
+                                      else round(args.max_memory_gb * 1024 ** 3)))
+    default_budget = None if setting.fit else args.max_tokens_per_micro_batch
+    return LearnerSettings(
+        learning_rate=1e-7, lr_scheduler_type="constant", warm_up_steps=0,
+        total_optimizer_steps=args.steps + warmups + bool(args.profile),
+        bf16_autocast=bf16 and not setting.bf16_weights,
+        compile_backend=args.compile_backend if setting.compile else None,
+        max_tokens_per_micro_batch=setting.max_tokens_per_micro_batch or default_budget,
+        **plan)
+
+
+def plan_fields(learner) -> dict:
+    """What a fit setting's memory plan chose, for its record and line: "plan" in words (or
+    why there was none) and the checkpointing and budget the learner then ran with."""
+    from rlvr.device import device_memory
+
+    plan = learner.memory_plan
+    if plan is None:  # CPU, or ckpt and mbNk both given: nothing left to choose
+        why = ("no allocator figures" if device_memory(learner.device) is None
+               else "ckpt and mbNk leave nothing to choose")
+        return {"plan": f"none ({why})", "plan_gradient_checkpointing": None,
+                "plan_max_tokens_per_micro_batch": None, "plan_fits": None}
+    return {"plan": plan.describe(), "plan_gradient_checkpointing": plan.gradient_checkpointing,
+            "plan_max_tokens_per_micro_batch": plan.max_tokens_per_micro_batch,
+            "plan_fits": plan.fits}
+
+
 def run_setting(args: argparse.Namespace, setting: Setting, device, seqs: list,
                 peaks: dict[str, float]) -> dict:
     """One setting measured: a fresh model and learner, warm-up updates, then timed ones."""
     from rlvr.algorithm.losses import LossParams, compute_policy_loss
     from rlvr.algorithm.packing import pack_sequences
     from rlvr.device import memory_metrics
-    from rlvr.learner import Learner, LearnerSettings
+    from rlvr.learner import Learner
     from rlvr.learner.attention import packed_layout, varlen_kernel
     from rlvr.metrics.throughput import update_flops
 
     layout = packed_layout(setting.attention, setting.share_prompts, device.type)
     bf16 = device.bf16_compute(None if args.bf16 == "auto" else args.bf16 == "on")
     model = build_model(args, layout.attention, device.torch, setting.bf16_weights)
-    enable_checkpointing(model, setting.checkpoint_every)
-    budget = setting.max_tokens_per_micro_batch or args.max_tokens_per_micro_batch
+    if not setting.fit:  # with fit the learner checkpoints (ckpt), or its plan decides
+        enable_checkpointing(model, setting.checkpoint_every)
     warmups = 2 if setting.compile else 1
-    learner = Learner(model, None, LearnerSettings(
-        learning_rate=1e-7, lr_scheduler_type="constant", warm_up_steps=0,
-        total_optimizer_steps=args.steps + warmups,
-        bf16_autocast=bf16 and not setting.bf16_weights,
-        compile_backend=args.compile_backend if setting.compile else None,
-        max_tokens_per_micro_batch=budget), device=device.torch)
+    learner = Learner(model, None, learner_settings(args, setting, bf16, warmups),
+                      device=device.torch)
     batch = pack_sequences(seqs, args.pack_length, share_prompts=layout.share_prompts,
                            strategy="first_fit_decreasing")
     params = LossParams(0.2, 0.28, 0.0, 2, float(batch.num_response_tokens))
@@ -195,11 +266,7 @@ def run_setting(args: argparse.Namespace, setting: Setting, device, seqs: list,
     memory_metrics(device.torch)  # resets the CUDA peak: this setting's own from here
     seconds, memory, warm_up_s = [], {}, 0.0
     for step in range(warmups + args.steps):
-        synchronize(device.torch)
-        start = time.perf_counter()
-        result = learner.update(batch, loss, num_micro_batches=1, num_epochs=1, temperature=1.0)
-        synchronize(device.torch)
-        took = time.perf_counter() - start
+        took, result = timed_update(learner, batch, loss, device.torch)
         for key, value in result.memory.items():
             memory[key] = max(memory.get(key, value), value)
         if step < warmups:
@@ -212,7 +279,9 @@ def run_setting(args: argparse.Namespace, setting: Setting, device, seqs: list,
         **asdict(setting), "attention": layout.attention, "share_prompts": layout.share_prompts,
         "shape": args.model or args.shape, "bf16_compute": bf16,
         "varlen_kernel": kernel if layout.attention == "varlen" else None,
-        "max_tokens_per_micro_batch": budget, "rows": batch.num_rows,
+        # a fit setting's: the plan's, read after the first update ran it
+        "max_tokens_per_micro_batch": learner.settings.max_tokens_per_micro_batch,
+        "rows": batch.num_rows,
         "tokens_run": batch.num_tokens, "sequence_tokens": sequence_tokens,
         "response_tokens": batch.num_response_tokens, "warm_up_s": warm_up_s,
         "seconds_per_update": per_update, "seconds": seconds,
@@ -224,7 +293,12 @@ def run_setting(args: argparse.Namespace, setting: Setting, device, seqs: list,
                           if peaks.get("datasheet") else None),
         "peak_memory_gb": memory.get("memory/peak_gb", memory.get("memory/peak_rss_gb")),
         "grad_norm": result.grad_norm,
+        **(plan_fields(learner) if setting.fit else {}),
     }
+    if args.profile:  # after the timed updates, so profiling cannot slow them
+        update = lambda: timed_update(learner, batch, loss, device.torch)[0]  # noqa: E731
+        record["profile"] = profile_or_error(update, model, device.torch, args.profile,
+                                             setting.name)
     del learner, model
     return record
 
@@ -240,7 +314,8 @@ def describe(record: dict) -> str:
             f"{record['tokens_per_s']:>9,.0f} tok/s {record['sequence_tokens_per_s']:>9,.0f} "
             f"seq-tok/s {record['achieved_tflops']:7.1f} TFLOP/s "
             f"MFU {100 * record['mfu_measured_peak']:5.1f}% (datasheet {datasheet}) "
-            f"peak {record['peak_memory_gb']:6.1f} GB warm-up {record['warm_up_s']:5.1f} s")
+            f"peak {record['peak_memory_gb']:6.1f} GB warm-up {record['warm_up_s']:5.1f} s"
+            + (f" plan: {record['plan']}" if "plan" in record else ""))
 
 
 def measure_peaks(device, bf16: bool, size: int) -> dict[str, float]:
@@ -284,12 +359,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--prompt-tokens", type=int, default=512)
     parser.add_argument("--response-tokens", type=int, default=1024)
     parser.add_argument("--pack-length", type=int, default=4096)
-    parser.add_argument("--max-tokens-per-micro-batch", type=int, default=16384)
+    parser.add_argument("--max-tokens-per-micro-batch", type=int, default=16384,
+                        help="the budget of a setting without mbNk or fit")
+    parser.add_argument("--max-memory-gb", type=float, default=None,
+                        help="GiB of the GPU a fit setting's memory plan may count on "
+                             "(model.max_memory_gb); default: what is free")
     parser.add_argument("--steps", type=int, default=3, help="timed updates (after warm-up)")
     parser.add_argument("--compile-backend", default="inductor")
     parser.add_argument("--peak-size", type=int, default=8192,
                         help="matmul size of the peak probe")
     parser.add_argument("--out", default="", help="append one JSON record per setting here")
+    parser.add_argument("--profile", default="", metavar="DIR",
+                        help="profile one more update per setting; tables and traces in DIR")
     args = parser.parse_args(argv)
     args.settings = [parse_setting(s) for s in (args.setting or ["auto"])]
     return args
@@ -326,6 +407,8 @@ def main(argv: list[str] | None = None) -> int:
         if device.type == "cuda":
             torch.cuda.empty_cache()
         print(describe(record), flush=True)
+        if "profile" in record:
+            print(describe_profile(record["profile"]), flush=True)
         if args.out:
             with open(args.out, "a") as f:
                 f.write(json.dumps({**head, **record}) + "\n")

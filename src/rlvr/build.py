@@ -338,10 +338,6 @@ def build_learner(cfg: Config, model_dir: str, policy: torch.nn.Module,
                        reference_is_base=cfg.loads_reference and lora is not None)
     from rlvr.distributed import LearnerGroup, LearnerSpec
 
-    # Ranks would each measure their own memory and must cut alike: no memory plan, what the
-    # config leaves null is off (checkpointing) or unbounded (the budget).
-    settings = replace(settings, pack_length=None,
-                       gradient_checkpointing=bool(settings.gradient_checkpointing))
     spec = LearnerSpec(model_dir=str(model_dir), settings=settings, device=devices.type,
                        dtype=cfg.model.dtype, attn_implementation=devices.attention,
                        sharding=d.sharding if cfg.world_size > 1 else

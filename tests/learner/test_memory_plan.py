@@ -177,3 +177,18 @@ def test_nothing_is_planned_where_the_device_has_no_allocator_figures(tiny_model
     _update(learner, _batch())
     assert learner.memory_plan is None and not tiny_model.is_gradient_checkpointing
     assert learner.settings.max_tokens_per_micro_batch is None
+
+
+def test_ranks_decide_on_the_fewest_rows_any_of_them_fits():
+    """This rank fits 3 rows without checkpointing, another none: agreed, both checkpoint."""
+    calls = []
+    agreed = {False: 0, True: 2}
+
+    def agree(rows: int) -> int:
+        calls.append(rows)
+        return min(rows, agreed[len(calls) > 1])
+
+    plan = plan_memory(_probe_fn({False: 2.0, True: 0.5}), lambda: 8 * GIB, 1024, None, None,
+                       agree)
+    assert (plan.gradient_checkpointing, plan.max_tokens_per_micro_batch) == (True, 2 * 1024)
+    assert calls == [3, 14]  # this rank's own: 3 rows without, (8 - 1) / 0.5 = 14 with

@@ -69,10 +69,9 @@ class ModelConfig:
     # computes on the host. The cost: the resident set stays at its peak.
     keep_freed_host_memory: Optional[bool] = None
     # Activation checkpointing of every decoder layer (recomputes each layer's forward in the
-    # backward pass: a third more compute, a fraction of the activation memory). null: on a
-    # GPU learner in the trainer's process, chosen by measured memory, off if a packed row fits
-    # without it (rlvr.learner.memory_plan); off on CPU and for learner ranks (Ray actors,
-    # launched processes).
+    # backward pass: a third more compute, a fraction of the activation memory). null: on
+    # GPUs, chosen by measured memory, off if a packed row fits without it
+    # (rlvr.learner.memory_plan; learner ranks take the fewest rows any fits); off on CPU.
     gradient_checkpointing: Optional[bool] = None
     # Of the learner's GPU, the memory (GiB) the memory plan may count on; null: what is free
     # there when training starts (a colocated engine asleep, any other awake), less 8%.
@@ -305,9 +304,9 @@ class AlgorithmConfig:
     # shared where model.attn_implementation can confine them (attention.packed_layout).
     share_prompts: Optional[bool] = None
     # Cut each mini-batch into micro-batches of at most this many tokens (verl's dynamic batch
-    # size), so long reasoning traces fit in memory. null: on a GPU learner in the trainer's
-    # process, the most whole rows that fit its memory, measured before the first update
-    # (rlvr.learner.memory_plan); elsewhere gradient_accumulation_steps parts only. The loss
+    # size), so long reasoning traces fit in memory. null: on GPUs, the most whole rows that
+    # fit the learner's memory (every rank's), measured before the first update
+    # (rlvr.learner.memory_plan); on CPU gradient_accumulation_steps parts only. The loss
     # is normalised over the whole mini-batch, so the gradient does not depend on the cut.
     max_tokens_per_micro_batch: Optional[int] = None
     # Optimizer steps per batch, one per mini-batch (open-instruct's and PPO's meaning): the

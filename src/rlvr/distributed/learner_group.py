@@ -19,6 +19,7 @@ denominator (the caller's global count, passed in `LossParams`).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
@@ -98,6 +99,7 @@ class LearnerGroup:
         self.rank_nodes: list[str] = ["local"] * num_learners  # the Ray node of each rank
         self.rank_resources: list[dict[str, str]] = []  # each Ray rank's GPUs and device
         self.gpus_per_learner = gpus_per_learner
+        self._memory_planned = False  # `_plan_memory_once`
         self._local: LearnerWorker | None = None  # the local backend's one rank
         self._actors: ActorGroup | None = None  # the Ray backend's ranks
         self._ranks: RankGroup | None = None  # the ranks backend's
@@ -127,6 +129,7 @@ class LearnerGroup:
         every step; its `num_micro_batches` cuts it as on one process. Each loss must be a
         `PolicyLoss` whose denominator counts its whole mini-batch."""
         start = time.perf_counter()
+        self._plan_memory_once()
         budget = self.spec.settings.max_tokens_per_micro_batch
         per_rank: list[list[MiniBatch]] = [[] for _ in range(self.num_learners)]
         for mb in mini_batches:
@@ -137,6 +140,20 @@ class LearnerGroup:
         results = self._call("update_mini_batches",
                              [(parts, num_epochs, temperature) for parts in per_rank], "update")
         return combine_results(results, seconds=time.perf_counter() - start)
+
+    def _plan_memory_once(self) -> None:
+        """Before the first update: the ranks' memory plan (`LearnerWorker.plan_memory`), whose
+        budget then cuts the batches here as on every rank."""
+        if self._memory_planned:
+            return
+        self._memory_planned = True
+        plan = self._call("plan_memory", [()] * self.num_learners, "memory plan")[0]
+        if plan is not None:
+            self.spec = dataclasses.replace(self.spec, settings=dataclasses.replace(
+                self.spec.settings, gradient_checkpointing=plan.gradient_checkpointing,
+                max_tokens_per_micro_batch=plan.max_tokens_per_micro_batch))
+            log.info("learner memory plan (rank 0's figures, every rank's fewest rows): %s",
+                     plan.describe())
 
     def skip_update(self, num_epochs: int) -> None:
         self._call("skip_update", [(num_epochs,)] * self.num_learners)

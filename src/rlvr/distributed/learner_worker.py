@@ -32,10 +32,11 @@ from rlvr.distributed.sharding import (ShardingMode, full_weight_layout,
                                        shard_policy, sharded_forward_logprobs)
 from rlvr.distributed.world import DEFAULT_TIMEOUT_S, World, destroy_world, init_world
 from rlvr.learner import Learner, LearnerSettings, LearnerState, UpdateResult
-from rlvr.learner.learner import (LossFn, MiniBatch, load_optimizer_state_by_name,
-                                 load_policy_state_by_name)
+from rlvr.learner.learner import LossFn, MiniBatch
 from rlvr.learner.lora import (LoraSettings, adapter_scales, is_lora, merge_adapter_weights,
                                merged_layout, wrap_lora)
+from rlvr.learner.memory_plan import MemoryPlan
+from rlvr.learner.state_by_name import load_optimizer_state_by_name, load_policy_state_by_name
 from rlvr.models import load_causal_lm
 from rlvr.rollout.weight_sync import DEFAULT_BUCKET_BYTES, BroadcastTransport
 from rlvr.types import PackedBatch
@@ -167,6 +168,22 @@ class LearnerWorker:
         bound = [MiniBatch(mb.batch, self.loss_fn(mb.loss.name, mb.loss.params),
                            mb.num_micro_batches) for mb in parts]
         return self._learner().update_mini_batches(bound, num_epochs, temperature)
+
+    def plan_memory(self) -> MemoryPlan | None:
+        """This rank's part of the group's memory plan (`Learner.plan_memory`), a collective:
+        every rank probes its own GPU and all take the fewest rows any fits, so all decide and
+        cut alike; None where nothing is planned (CPU, or the config fixed both choices)."""
+        learner = self._learner()
+        if not learner.memory_plan_pending:
+            return None
+        return learner.plan_memory(agree=self._fewest_rows)
+
+    def _fewest_rows(self, rows: int) -> int:
+        if self.world_size == 1:
+            return rows
+        fewest = torch.tensor([rows], device=self.device.torch)  # NCCL reduces device tensors
+        torch.distributed.all_reduce(fewest, op=torch.distributed.ReduceOp.MIN)
+        return int(fewest.item())
 
     def skip_update(self, num_epochs: int) -> None:
         """A step without a batch: every rank moves its schedule alike (`Learner.skip_update`)."""

@@ -6,9 +6,11 @@ micro-batches, clips, and steps. It does not know which loss it runs, nor about 
 It runs unchanged on one rank of a sharded policy (`rlvr.distributed`): that caller passes the
 sharded forward function, and gradient clipping handles DTensor parameters.
 
-Its training state is keyed by parameter name (`rlvr.learner.protocol.LearnerState`), built with
-`torch.distributed.checkpoint`'s full state dicts: those read a plain module without any process
-group and gather a sharded one, so one process and any number of ranks share one format.
+Its training state is keyed by parameter name (`rlvr.learner.protocol.LearnerState`, built by
+`rlvr.learner.state_by_name`), so one process and any number of ranks share one format.
+
+On a GPU it chooses, before its first update, what the config leaves open of activation
+checkpointing and the micro-batch budget, from measured memory (`rlvr.learner.memory_plan`).
 
 A LoRA policy (`rlvr.learner.lora`) trains its adapters only: the optimizer holds them, the
 training state's policy holds them (the frozen base is reloaded from the model directory), the
@@ -31,9 +33,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import torch
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
-                                                     get_optimizer_state_dict,
-                                                     set_model_state_dict,
-                                                     set_optimizer_state_dict)
+                                                     set_model_state_dict)
 from torch.distributed.tensor import DTensor
 from torch.profiler import record_function
 
@@ -45,11 +45,14 @@ from rlvr.device import device_memory, memory_metrics
 from rlvr.learner.compiling import compile_decoder_layers
 from rlvr.learner.dropout import disable_dropout
 from rlvr.learner.forward import forward_logprobs
+from rlvr.learner.lora import (adapters_disabled, engine_weights, is_adapter_dropout,
+                               trainable_parameters)
 from rlvr.learner.memory_plan import (MemoryPlan, memory_room, plan_memory, probe_pass,
                                       probe_rows)
-from rlvr.learner.lora import (adapters_disabled, check_adapter_state, engine_weights,
-                               is_adapter_dropout, trainable_parameters)
 from rlvr.learner.schedule import build_scheduler
+from rlvr.learner.state_by_name import (FULL_STATE, load_optimizer_state_by_name,
+                                        load_policy_state_by_name, optimizer_state_by_name,
+                                        policy_state_by_name)
 from rlvr.types import PackedBatch
 
 if TYPE_CHECKING:  # the protocol module imports this one
@@ -60,11 +63,6 @@ LossFn = Callable[[LossInputs], LossOutputs]
 # (model, batch, temperature, with_entropy) -> (logprobs_RL, entropy_RL or None)
 ForwardFn = Callable[[torch.nn.Module, PackedBatch, float, bool],
                      tuple[torch.Tensor, torch.Tensor | None]]
-# Full (unsharded) state on CPU. On a sharded model every rank must ask (a collective) and rank 0
-# gets it, the others empty dicts; a plain module needs no process group.
-FULL_STATE = StateDictOptions(full_state_dict=True, cpu_offload=True)
-
-
 @dataclass(frozen=True)
 class LearnerSettings:
     """What the learner needs to know, and nothing about RL variants."""
@@ -158,66 +156,6 @@ def clip_grad_norm(parameters: list[torch.nn.Parameter], max_norm: float) -> flo
         total_norm = total_norm.full_tensor()
     torch.nn.utils.clip_grads_with_norm_(parameters, max_norm, total_norm)
     return float(total_norm)
-
-
-def optimizer_state_by_name(model: torch.nn.Module,
-                            optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-    """The optimizer's full state keyed by parameter name (`get_optimizer_state_dict`).
-
-    An optimizer that has not stepped saves an empty `state` and stays untouched: DCP would give
-    it one zero-learning-rate step to have something to return, and that step count of 1 would
-    change the bias correction of the first real step, so saving would change the run."""
-    fresh = not optimizer.state
-    state = get_optimizer_state_dict(model, optimizer, options=FULL_STATE)
-    if fresh:
-        optimizer.state.clear()
-        if state:  # rank 0 (the other ranks of a sharded model hold {})
-            state["state"] = {}
-    return state
-
-
-def load_optimizer_state_by_name(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                                 state: dict[str, Any], options: StateDictOptions,
-                                 fresh: bool) -> None:
-    """Restore what `optimizer_state_by_name` returned. `fresh`: its `state` is empty (saved
-    before the first step); every rank of a sharded model must pass the same value."""
-    if any(isinstance(name, int) for group in state.get("param_groups", [])
-           for name in group["params"]):
-        raise ValueError("the optimizer state is keyed by parameter index, as the local launcher "
-                         "wrote it before states were keyed by name; it cannot be restored")
-    set_optimizer_state_dict(model, optimizer, state, options=options)
-    if fresh:  # DCP stepped it once at zero learning rate to create state: fresh again
-        optimizer.state.clear()
-
-
-def _has_frozen_parameters(model: torch.nn.Module) -> bool:
-    return any(not p.requires_grad for p in model.parameters())
-
-
-def policy_state_by_name(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """The policy's full state keyed by name, as the optimizer's: every weight of a plain
-    model; only the trainable ones of a model with a frozen part (a LoRA base, reloaded from
-    the model directory on resume, so states stay the adapters' size). A collective on a
-    sharded model; rank 0 gets it."""
-    if not _has_frozen_parameters(model):
-        return get_model_state_dict(model, options=FULL_STATE)
-    state = get_model_state_dict(model, options=dataclasses.replace(FULL_STATE,
-                                                                    ignore_frozen_params=True))
-    # DCP leaves a frozen weight tied to another in (lm_head to the embeddings): drop it too.
-    trainable = {name for name, p in model.named_parameters() if p.requires_grad}
-    return {name: tensor for name, tensor in state.items() if name in trainable}
-
-
-def load_policy_state_by_name(model: torch.nn.Module, state: dict[str, torch.Tensor],
-                              options: StateDictOptions) -> None:
-    """Restore what `policy_state_by_name` returned (rank 0's, broadcast when `options` says
-    so; the other ranks pass {}). A model with a frozen part takes its trainable weights only,
-    checked by name first, and keeps its frozen ones."""
-    if _has_frozen_parameters(model):
-        if state:
-            check_adapter_state(model, state)
-        options = dataclasses.replace(options, strict=False)
-    set_model_state_dict(model, state, options=options)
 
 
 class Learner:
@@ -420,11 +358,18 @@ class Learner:
             skipped_steps=skipped, seconds=time.perf_counter() - start,
             memory=memory_metrics(self.device))
 
-    def plan_memory(self) -> MemoryPlan:
+    @property
+    def memory_plan_pending(self) -> bool:
+        """A memory plan is wanted and not made yet (`plan_memory`)."""
+        return self._plan_pending
+
+    def plan_memory(self, agree: Callable[[int], int] = lambda rows: rows) -> MemoryPlan:
         """Choose what the settings leave None (checkpointing, the micro-batch budget) from
         probe passes over rows of `pack_length` tokens (`rlvr.learner.memory_plan`); the first
-        update calls it. The probes' gradients are discarded and the global RNG is not drawn,
-        so the run's numbers do not depend on it; MemoryPlanError when no row fits."""
+        update calls it, a sharded learner's ranks all at once (`agree`: a collective giving
+        the fewest rows any rank fits). The probes' gradients are discarded and the global RNG
+        is not drawn, so the run's numbers do not depend on it; MemoryPlanError when no row
+        fits."""
         s, self._plan_pending = self.settings, False
         vocab = self.policy.config.get_text_config().vocab_size
 
@@ -436,14 +381,11 @@ class Learner:
             return probe_pass(self.policy, self.forward_fn, self._autocast(),
                               probe_rows(rows, s.pack_length, vocab), self.device)
 
-        # AdamW's two moments are allocated at its first step: count them now.
-        pending = 0 if self.optimizer.state else 2 * sum(p.numel() * p.element_size()
-                                                         for p in self.trainable)
         try:
-            plan = plan_memory(probe, lambda: memory_room(self.device, pending,
+            plan = plan_memory(probe, lambda: memory_room(self.device, self._pending_state_bytes(),
                                                           s.max_memory_bytes),
                                s.pack_length, s.gradient_checkpointing,
-                               s.max_tokens_per_micro_batch)
+                               s.max_tokens_per_micro_batch, agree)
         finally:
             self.optimizer.zero_grad(set_to_none=True)
         self._set_checkpointing(plan.gradient_checkpointing)
@@ -453,6 +395,15 @@ class Learner:
         (log.info if plan.fits else log.warning)("learner memory plan: %s", plan.describe())
         self.memory_plan = plan
         return plan
+
+    def _pending_state_bytes(self) -> int:
+        """AdamW's two moments, allocated at its first step, on the learner's device: this
+        rank's shards of a sharded policy, none that live on the host (CPU offload)."""
+        if self.optimizer.state:
+            return 0
+        local = [p.to_local() if isinstance(p, DTensor) else p for p in self.trainable]
+        return 2 * sum(t.numel() * t.element_size() for t in local
+                       if t.device.type == self.device.type)
 
     def _set_checkpointing(self, on: bool) -> None:
         if on:

@@ -14,8 +14,8 @@ whose predicted peak stays within what is free.
 The learner asks for a plan before its first update (`Learner.plan_memory`); the device is
 read through `rlvr.device`, so on CPU (no allocator figures) nothing is planned. What it is
 not: a guarantee (fragmentation and a dense mask's longer rows can exceed a fit, hence the
-margin, `MARGIN_FRACTION`), or a plan for learner ranks (each would measure its own and they
-must cut alike: a rank keeps what the config says, null meaning off).
+margin, `MARGIN_FRACTION`). Learner ranks each measure their own GPU and take the fewest rows
+any of them fits (`agree`), so they probe, decide and cut alike.
 """
 
 from __future__ import annotations
@@ -104,7 +104,8 @@ ProbeFn = Callable[[int, bool], MemoryProbe]
 
 
 def plan_memory(probe: ProbeFn, available_bytes: Callable[[], float], row_tokens: int,
-                checkpointing: bool | None, budget_tokens: int | None) -> MemoryPlan:
+                checkpointing: bool | None, budget_tokens: int | None,
+                agree: Callable[[int], int] = lambda rows: rows) -> MemoryPlan:
     """Checkpointing and budget for the learner: what the config fixed stays; what it left
     null (`checkpointing` None, `budget_tokens` None) is chosen here.
 
@@ -113,13 +114,16 @@ def plan_memory(probe: ProbeFn, available_bytes: Callable[[], float], row_tokens
     micro-batches cost (2.25 s against 1.67 s an update, docs/gpu.md); else on. The budget,
     when left to choose: the most whole rows that fit. `available_bytes` is read after the
     probes (their gradients then exist, as during training). Raises MemoryPlanError when not
-    one row fits; a fixed budget that does not fit is kept (`fits` False: the caller warns)."""
+    one row fits; a fixed budget that does not fit is kept (`fits` False: the caller warns).
+
+    `agree`: the rows that fit as every learner rank takes them (the fewest any rank fits, a
+    collective), so that all ranks decide alike, probe alike and cut alike."""
     choices = [checkpointing] if checkpointing is not None else [False, True]
     wanted_rows = -(-budget_tokens // row_tokens) if budget_tokens is not None else 1
     for ckpt in choices:
         fit = MemoryFit.through(probe(1, ckpt), probe(2, ckpt))
         available = available_bytes()
-        rows = fit.rows_that_fit(available, row_tokens)
+        rows = agree(fit.rows_that_fit(available, row_tokens))
         if rows >= wanted_rows:
             return MemoryPlan(ckpt, budget_tokens or rows * row_tokens, fit, available)
     if rows >= 1:  # only a fixed budget can get here with a row to spare

@@ -128,7 +128,8 @@ def test_sigterm_during_a_spell_of_empty_batches_stops_within_a_step_with_state(
     assert states and states[-1] in (f"step_{last:06d}", f"step_{last - 1:06d}")
 
 
-def test_a_colocated_engine_sleeps_through_the_update_and_wakes_before_the_sync(tmp_path):
+def test_a_colocated_engine_sleeps_through_the_update_and_wakes_before_the_sync(tmp_path,
+                                                                                monkeypatch):
     """rollout.colocate on one device: the engine gives its memory back for the update
     (vLLM sleep mode) and is awake again when the new weights arrive. A recording engine
     stands in for vLLM (whose sleep mode needs CUDA): the order of calls is the trainer's."""
@@ -155,5 +156,12 @@ def test_a_colocated_engine_sleeps_through_the_update_and_wakes_before_the_sync(
     learner.update_mini_batches = lambda *a, **k: (events.append("learner.update"),
                                                    update(*a, **k))[1]
     run.engine = Recording()
+    import rlvr.trainer
+
+    # The learner's cached blocks go back to the driver before vLLM's own pool wakes up.
+    release = rlvr.trainer.release_cached_memory
+    monkeypatch.setattr(rlvr.trainer, "release_cached_memory", lambda device_type: (
+        events.append(f"release {device_type}"), release(device_type)))
     one_training_step(run, 1)
-    assert events == ["sleep", "learner.update", "wake_up", "update_weights"]
+    assert events == ["sleep", "learner.update", f"release {run.devices.type}", "wake_up",
+                      "update_weights"]

@@ -353,6 +353,15 @@ def peak_memory(device: torch.device) -> int:
     return torch.cuda.max_memory_allocated(device)
 
 
+def release_cached_memory(device_type: str) -> None:
+    """Hand the blocks this process's CUDA caching allocator holds unused back to the driver,
+    for another allocator on the GPU (a colocated vLLM waking up: its own pool cannot take
+    torch's cached blocks, and the learner's memory plan lets its cache grow to what is free).
+    Nothing on CPU."""
+    if device_type == "cuda" and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
+
+
 def memory_metrics(device: torch.device) -> dict[str, float]:
     """`memory/*` gauges for this process on `device`: CUDA allocator figures on a GPU
     (AReaL's `log_gpu_stats`), the process's resident set on CPU (its peak is the process's

@@ -25,6 +25,7 @@ from rlvr.checkpoint import save_final_model, save_model_checkpoint
 from rlvr.checkpoint.resume import fresh_start_hint
 from rlvr.checkpoint.state import TrainingState, capture_rng, restore_rng, save_state
 from rlvr.config import Config
+from rlvr.device import HOST, release_cached_memory
 from rlvr.faults import engine_fault, verification_failure
 from rlvr.input_checks import verifiers_used
 from rlvr.interrupts import (EngineLost, NumericalFault, ResumeRefused, StopOnSignal,
@@ -199,6 +200,8 @@ def engine_asleep(run: Run):
     try:
         yield
     finally:
+        # The learner's allocator keeps what the update freed (up to all the plan let it use).
+        release_cached_memory(run.devices.type if run.devices is not None else HOST.type)
         run.engine.wake_up()
 
 

@@ -137,3 +137,20 @@ def test_engine_lost_is_exit_4_in_one_line(tmp_path, servers, capsys):
     err = capsys.readouterr().err
     assert code == 4 and "Traceback" not in err, err
     assert "step 1: inference server" in err and "start the servers again" in err
+
+
+def test_a_gpu_without_room_for_one_row_stops_the_run_with_exit_2(tmp_path, monkeypatch,
+                                                                   capsys):
+    """The memory plan (a GPU's allocator figures faked on CPU, the probe passes real) finds
+    not one packed row fits, even with checkpointing: one line naming pack_length and what to
+    change, exit 2, before any optimizer step."""
+    from tests.learner.test_memory_plan import _FakeDevice
+
+    _FakeDevice(monkeypatch, free_gib=100 * 0.08 + 0.5, per_token_mib={False: 64.0, True: 16.0})
+    code = main(["train", *RUN, "experiment.total_episodes=32",
+                 f"experiment.output_dir={tmp_path / 'run'}"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "one packed row of 256 tokens (algorithm.pack_length) needs about" in err
+    assert "model.max_memory_gb" in err and "Traceback" not in err
+    assert not (tmp_path / "run" / "state").exists()

@@ -18,6 +18,7 @@ from rlvr.config import ConfigError, load_config, to_yaml
 from rlvr.data.errors import DataError
 from rlvr.interrupts import (EngineLost, EngineUnavailable, NumericalFault, ResumeRefused,
                              RunFinished, SlurmJobFailed, TrainingInterrupted, VerifierFault)
+from rlvr.learner.memory_plan import MemoryPlanError
 from rlvr.serving.auth import ServerKeyError
 from rlvr.serving.server import ServerStartError
 
@@ -323,7 +324,8 @@ def main(argv: list[str] | None = None) -> int:
     except RunFinished as e:  # a rerun of a finished run: nothing to do, and not a failure
         print(f"rlvr: {e}")
         return 0
-    except (ConfigError, FileNotFoundError, DataError, ServerKeyError, ResumeRefused) as e:
+    except (ConfigError, FileNotFoundError, DataError, ServerKeyError, ResumeRefused,
+            MemoryPlanError) as e:
         return _fail(e, 2)
     except TrainingInterrupted as e:
         return _fail(e, e.exit_code)

@@ -69,3 +69,24 @@ def test_a_group_plans_before_its_first_update_and_cuts_with_the_budget(tiny_mod
         assert probes == 3
         group.update(batch, "dapo", params, num_micro_batches=1, num_epochs=1, temperature=1.0)
         assert len(fake.probes) == probes  # once
+
+
+def test_no_row_that_fits_on_the_ranks_stops_the_group_with_the_plan_error(tiny_model_dir,
+                                                                           monkeypatch):
+    """Every rank finds it alike; the driver raises it as it is (exit 2 in the CLI), not as a
+    failed rank."""
+    import dataclasses
+
+    from rlvr.algorithm.losses import LossParams
+    from rlvr.learner.memory_plan import MemoryPlanError
+
+    _FakeDevice(monkeypatch, 100 * 0.08 + 0.5, {False: 64.0, True: 16.0})
+    spec = _spec(tiny_model_dir)
+    spec = dataclasses.replace(spec, settings=dataclasses.replace(
+        spec.settings, gradient_checkpointing=None, pack_length=40))
+    with LearnerGroup(spec, num_learners=1, backend="local") as group:
+        batch = _batch(num_groups=2, seed=0)
+        params = LossParams(0.2, 0.28, 0.0, 2, float(batch.num_response_tokens))
+        with pytest.raises(MemoryPlanError, match="one packed row of 40 tokens"):
+            group.update(batch, "dapo", params, num_micro_batches=1, num_epochs=1,
+                         temperature=1.0)

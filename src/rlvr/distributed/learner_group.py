@@ -148,6 +148,8 @@ class LearnerGroup:
             return
         self._memory_planned = True
         plan = self._call("plan_memory", [()] * self.num_learners, "memory plan")[0]
+        if isinstance(plan, Exception):  # no row fits (`LearnerWorker.plan_memory`)
+            raise plan
         if plan is not None:
             self.spec = dataclasses.replace(self.spec, settings=dataclasses.replace(
                 self.spec.settings, gradient_checkpointing=plan.gradient_checkpointing,

@@ -35,7 +35,7 @@ from rlvr.learner import Learner, LearnerSettings, LearnerState, UpdateResult
 from rlvr.learner.learner import LossFn, MiniBatch
 from rlvr.learner.lora import (LoraSettings, adapter_scales, is_lora, merge_adapter_weights,
                                merged_layout, wrap_lora)
-from rlvr.learner.memory_plan import MemoryPlan
+from rlvr.learner.memory_plan import MemoryPlan, MemoryPlanError
 from rlvr.learner.state_by_name import load_optimizer_state_by_name, load_policy_state_by_name
 from rlvr.models import load_causal_lm
 from rlvr.rollout.weight_sync import DEFAULT_BUCKET_BYTES, BroadcastTransport
@@ -169,14 +169,19 @@ class LearnerWorker:
                            mb.num_micro_batches) for mb in parts]
         return self._learner().update_mini_batches(bound, num_epochs, temperature)
 
-    def plan_memory(self) -> MemoryPlan | None:
+    def plan_memory(self) -> MemoryPlan | MemoryPlanError | None:
         """This rank's part of the group's memory plan (`Learner.plan_memory`), a collective:
         every rank probes its own GPU and all take the fewest rows any fits, so all decide and
-        cut alike; None where nothing is planned (CPU, or the config fixed both choices)."""
+        cut alike; None where nothing is planned (CPU, or the config fixed both choices). No
+        row fitting is returned, not raised: every rank finds it alike, and the driver stops
+        the run with it as bad input (exit 2) rather than as a failed rank."""
         learner = self._learner()
         if not learner.memory_plan_pending:
             return None
-        return learner.plan_memory(agree=self._fewest_rows)
+        try:
+            return learner.plan_memory(agree=self._fewest_rows)
+        except MemoryPlanError as error:
+            return error
 
     def _fewest_rows(self, rows: int) -> int:
         if self.world_size == 1:

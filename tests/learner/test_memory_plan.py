@@ -192,3 +192,29 @@ def test_ranks_decide_on_the_fewest_rows_any_of_them_fits():
                        agree)
     assert (plan.gradient_checkpointing, plan.max_tokens_per_micro_batch) == (True, 2 * 1024)
     assert calls == [3, 14]  # this rank's own: 3 rows without, (8 - 1) / 0.5 = 14 with
+
+
+def test_a_lora_policy_planned_into_checkpointing_trains_its_adapters_as_without(
+        tiny_model_dir, monkeypatch):
+    """The plan turns checkpointing on for a LoRA policy (frozen base embeddings, so the
+    checkpointed layers' inputs carry no gradient): its adapters get the gradient they get
+    without checkpointing."""
+    from rlvr.models import load_causal_lm
+    from tests.learner.test_lora import _lora, _randomize_b
+
+    batch = _batch()
+    grads = []
+    for planned in (False, True):
+        if planned:
+            _FakeDevice(monkeypatch, 100 * memory_plan.MARGIN_FRACTION + 1.2,
+                        {False: 85.0, True: 1.0})
+        policy = _lora(load_causal_lm(tiny_model_dir))
+        _randomize_b(policy)
+        learner = Learner(policy, None, _settings(gradient_checkpointing=None if planned
+                                                  else False, pack_length=48))
+        learner.optimizer.step = lambda: grads.append(
+            [p.grad.clone() for p in learner.trainable])
+        _update(learner, batch)
+        assert policy.is_gradient_checkpointing == planned
+    for plain, checkpointed in zip(*grads):
+        torch.testing.assert_close(checkpointed, plain, atol=1e-6, rtol=1e-5)

@@ -204,13 +204,14 @@ def learner_settings(args: argparse.Namespace, setting: Setting, bf16: bool,
     fit, what ckpt and mbNk leave open is None, for the memory plan to choose before the first
     update from rows of --pack-length within --max-memory-gb (`Learner.plan_memory`)."""
     from rlvr.learner import LearnerSettings
+    from rlvr.learner.memory_plan import GIB
 
     plan = {}
     if setting.fit:
         plan = dict(gradient_checkpointing=True if setting.checkpoint_every else None,
                     pack_length=args.pack_length,
                     max_memory_bytes=(None if args.max_memory_gb is None
-                                      else round(args.max_memory_gb * 1024 ** 3)))
+                                      else round(args.max_memory_gb * GIB)))
     default_budget = None if setting.fit else args.max_tokens_per_micro_batch
     return LearnerSettings(
         learning_rate=1e-7, lr_scheduler_type="constant", warm_up_steps=0,

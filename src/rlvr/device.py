@@ -370,8 +370,8 @@ def memory_metrics(device: torch.device) -> dict[str, float]:
     if device.type == "cuda":
         out = {"memory/allocated_gb": torch.cuda.memory_allocated(device) / gb,
                "memory/reserved_gb": torch.cuda.memory_reserved(device) / gb,
-               "memory/peak_gb": torch.cuda.max_memory_allocated(device) / gb}
-        torch.cuda.reset_peak_memory_stats(device)
+               "memory/peak_gb": peak_memory(device) / gb}
+        reset_peak_memory(device)
         return out
     rss = _current_rss_bytes()  # before the peak, which then includes it
     # ru_maxrss is in KiB on Linux (bytes on macOS).

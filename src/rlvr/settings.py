@@ -16,6 +16,7 @@ from rlvr.device import engine_dtype
 from rlvr.data.templates import merge_stop_strings
 from rlvr.learner import LearnerSettings
 from rlvr.learner.lora import LoraSettings
+from rlvr.learner.memory_plan import GIB
 from rlvr.models import resolve_model_dir
 from rlvr.producer.evaluation import EvalSettings
 from rlvr.producer.groups import RewardShaping
@@ -42,7 +43,7 @@ def learner_settings(cfg: Config, bf16: bool = False) -> LearnerSettings:
         compile_backend="inductor" if cfg.model.compile else None,
         max_tokens_per_micro_batch=cfg.algorithm.max_tokens_per_micro_batch,
         pack_length=cfg.algorithm.pack_length,
-        max_memory_bytes=(round(cfg.model.max_memory_gb * 1024 ** 3)
+        max_memory_bytes=(round(cfg.model.max_memory_gb * GIB)
                           if cfg.model.max_memory_gb is not None else None))
 
 

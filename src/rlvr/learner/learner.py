@@ -23,9 +23,9 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import logging
 import math
 import time
-import logging
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,6 +63,8 @@ LossFn = Callable[[LossInputs], LossOutputs]
 # (model, batch, temperature, with_entropy) -> (logprobs_RL, entropy_RL or None)
 ForwardFn = Callable[[torch.nn.Module, PackedBatch, float, bool],
                      tuple[torch.Tensor, torch.Tensor | None]]
+
+
 @dataclass(frozen=True)
 class LearnerSettings:
     """What the learner needs to know, and nothing about RL variants."""

@@ -21,6 +21,11 @@ A setting is a name made of dash-separated words, applied to the learner as the 
   mbNk | mbN                       algorithm.max_tokens_per_micro_batch = N*1024 | N
   bf16w                            model.dtype=bfloat16 (weights and AdamW state in bf16; else
                                    fp32 master weights with bf16 autocast)
+  headNk                           the vocabulary head's chunk: N*1024 response tokens' logits
+                                   at a time (`rlvr.learner.forward.LOGIT_CHUNK_TOKENS`: 1,024)
+  fsdp                             FSDP2 over one rank, as learner ranks run (`shard_policy`):
+                                   fp32 master weights, each layer's weights cast to bf16 for
+                                   its passes (mixed precision), bf16 activations, no autocast
   fit                              the learner's memory plan (`rlvr.learner.memory_plan`)
                                    chooses checkpointing (unless ckpt; not with ckptN) and the
                                    budget (unless mbNk) from probes of rows of --pack-length,
@@ -53,6 +58,7 @@ the JSON record as "profile"; tables and chrome traces written to DIR.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import gc
 import inspect
@@ -85,6 +91,10 @@ SHAPES = {
     "qwen2.5-7b": dict(hidden_size=3584, num_hidden_layers=28, num_attention_heads=28,
                        num_key_value_heads=4, intermediate_size=18944, vocab_size=152064,
                        tie_word_embeddings=False),
+    # the quick start's model (SmolLM2-135M-Instruct): a shape CPUs measure in minutes
+    "smollm2-135m": dict(hidden_size=576, num_hidden_layers=30, num_attention_heads=9,
+                         num_key_value_heads=3, intermediate_size=1536, vocab_size=49152,
+                         tie_word_embeddings=True),
     "tiny": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                  num_key_value_heads=2, intermediate_size=128, vocab_size=512,
                  tie_word_embeddings=True),
@@ -101,6 +111,8 @@ class Setting:
     compile: bool = False
     max_tokens_per_micro_batch: int | None = None  # None: the command line's
     bf16_weights: bool = False
+    fsdp: bool = False  # FSDP2 over a world of one: mixed precision instead of autocast
+    head_chunk_tokens: int | None = None  # None: the learner's LOGIT_CHUNK_TOKENS
     fit: bool = False  # the learner's memory plan chooses what the fields above leave open
 
 
@@ -120,8 +132,10 @@ def parse_setting(name: str) -> Setting:
             fields["max_tokens_per_micro_batch"] = int(m.group(1)) * (1024 if m.group(2) else 1)
         elif word == "bf16w":
             fields["bf16_weights"] = True
-        elif word == "fit":
-            fields["fit"] = True
+        elif m := re.fullmatch(r"head(\d+)k", word):
+            fields["head_chunk_tokens"] = int(m.group(1)) * 1024
+        elif word in ("fit", "fsdp"):
+            fields[word] = True
         else:
             raise ValueError(f"setting {name!r}: unknown word {word!r}")
     if fields.get("fit") and fields.get("checkpoint_every", 0) > 1:
@@ -216,7 +230,8 @@ def learner_settings(args: argparse.Namespace, setting: Setting, bf16: bool,
     return LearnerSettings(
         learning_rate=1e-7, lr_scheduler_type="constant", warm_up_steps=0,
         total_optimizer_steps=args.steps + warmups + bool(args.profile),
-        bf16_autocast=bf16 and not setting.bf16_weights,
+        # FSDP2's mixed precision casts the weights itself (`shard_policy`), as on learner ranks
+        bf16_autocast=bf16 and not setting.bf16_weights and not setting.fsdp,
         compile_backend=args.compile_backend if setting.compile else None,
         max_tokens_per_micro_batch=setting.max_tokens_per_micro_batch or default_budget,
         **plan)
@@ -238,14 +253,57 @@ def plan_fields(learner) -> dict:
             "plan_fits": plan.fits}
 
 
+@contextlib.contextmanager
+def head_chunk(tokens: int | None):
+    """The learner's vocabulary-head chunk set to `tokens` response tokens for one setting
+    (a module constant, read at each forward pass), then put back; None leaves it."""
+    from rlvr.learner import forward
+
+    before = forward.LOGIT_CHUNK_TOKENS
+    forward.LOGIT_CHUNK_TOKENS = tokens or before
+    try:
+        yield
+    finally:
+        forward.LOGIT_CHUNK_TOKENS = before
+
+
+_WORLD: list = []  # the one-rank process group of fsdp settings, made once per process
+
+
+def one_rank_world(device):
+    """This process as the only rank of a process group on `device`'s backend (FSDP2 needs
+    one), joined at the first fsdp setting and kept for the others."""
+    from rlvr.device import bind
+    from rlvr.distributed.ray_session import free_endpoint
+    from rlvr.distributed.world import init_world
+
+    if not _WORLD:
+        bind(device)  # NCCL's rank takes the current GPU
+        host, port = free_endpoint()
+        _WORLD.append(init_world(0, 1, f"tcp://{host}:{port}", device.backend, timeout_s=600))
+    return _WORLD[0]
+
+
+def leave_world() -> None:
+    """The fsdp settings' process group destroyed, if one was made (`destroy_world` leaves a
+    world of one alone, for the trainer's sake)."""
+    import torch.distributed as dist
+
+    if _WORLD and dist.is_initialized():
+        dist.destroy_process_group()
+    _WORLD.clear()
+
+
 def run_setting(args: argparse.Namespace, setting: Setting, device, seqs: list,
                 peaks: dict[str, float]) -> dict:
     """One setting measured: a fresh model and learner, warm-up updates, then timed ones."""
     from rlvr.algorithm.losses import LossParams, compute_policy_loss
     from rlvr.algorithm.packing import pack_sequences
     from rlvr.device import memory_metrics
+    from rlvr.distributed.sharding import shard_policy, sharded_forward_logprobs
     from rlvr.learner import Learner
     from rlvr.learner.attention import packed_layout, varlen_kernel
+    from rlvr.learner.forward import forward_logprobs
     from rlvr.metrics.throughput import update_flops
 
     layout = packed_layout(setting.attention, setting.share_prompts, device.type)
@@ -253,9 +311,14 @@ def run_setting(args: argparse.Namespace, setting: Setting, device, seqs: list,
     model = build_model(args, layout.attention, device.torch, setting.bf16_weights)
     if not setting.fit:  # with fit the learner checkpoints (ckpt), or its plan decides
         enable_checkpointing(model, setting.checkpoint_every)
+    forward_fn = forward_logprobs
+    if setting.fsdp:
+        shard_policy(model, "fsdp", False, one_rank_world(device), device,
+                     bf16 and not setting.bf16_weights)
+        forward_fn = sharded_forward_logprobs
     warmups = 2 if setting.compile else 1
     learner = Learner(model, None, learner_settings(args, setting, bf16, warmups),
-                      device=device.torch)
+                      forward_fn=forward_fn, device=device.torch)
     batch = pack_sequences(seqs, args.pack_length, share_prompts=layout.share_prompts,
                            strategy="first_fit_decreasing")
     params = LossParams(0.2, 0.28, 0.0, 2, float(batch.num_response_tokens))
@@ -393,10 +456,20 @@ def main(argv: list[str] | None = None) -> int:
           f"rows of {args.pack_length}; peak {peaks['measured'] / 1e12:.1f} TFLOP/s measured"
           + (f", {peaks['datasheet'] / 1e12:.0f} datasheet" if peaks.get("datasheet") else ""),
           flush=True)
+    try:
+        return run_settings(args, device, seqs, peaks, head)
+    finally:
+        leave_world()
+
+
+def run_settings(args: argparse.Namespace, device, seqs: list, peaks: dict[str, float],
+                 head: dict) -> int:
+    """Each setting measured and reported in turn; 1 if any failed, else 0."""
     failures = 0
     for setting in args.settings:
         try:
-            record = run_setting(args, setting, device, seqs, peaks)
+            with head_chunk(setting.head_chunk_tokens):
+                record = run_setting(args, setting, device, seqs, peaks)
         except getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError) as error:
             record = {"name": setting.name, "error": f"out of memory: {str(error)[:200]}"}
             failures += 1

@@ -5,8 +5,9 @@
 #   0. profile: where the learner update's time goes (35% of the matmul peak at best): one
 #      profiled update of varlen-mb16k-compile and sdpa-shared-mb16k-compile, 1.5B shape
 #   0. next: the comparisons docs/gpu.md ("Figures") names as not yet made: compiled sdpa with
-#      shared prompts against compiled varlen, Qwen2.5-1.5B and 0.5B shapes; and what the
-#      learner's memory plan picks within 60 GiB on the 1.5B shape (varlen-fit-compile)
+#      shared prompts against compiled varlen, Qwen2.5-1.5B and 0.5B shapes; what the
+#      learner's memory plan picks within 60 GiB on the 1.5B shape (varlen-fit-compile); and
+#      FSDP2 mixed precision over one rank against autocast (varlen-mb16k-fsdp-compile)
 #   1. benchmarks/gpu.py, Qwen2.5-1.5B shape: today's layout against varlen, checkpointing,
 #      micro-batch sizes and compile (measured 2026-11-26)
 #   2. pytest -m gpu tests/gpu
@@ -170,14 +171,19 @@ fi
 # against compiled varlen (the best measured), in one process per shape; on 1.5B, also the
 # memory plan's choice (checkpointing, budget) within the issue's 60 GB bound and the peak it
 # then measures (`fit`; its probes run in the warm-up). sdpa-shared-mb16k-compile is not in the
-# 1.5B list: the profile stage times it (beside varlen-mb16k-compile) before profiling.
+# 1.5B list: the profile stage times it (beside varlen-mb16k-compile) before profiling. And the
+# best measured as learner ranks run it (`fsdp`: FSDP2's bf16 mixed precision, bf16 activations,
+# no autocast) against autocast over fp32 weights, which one process runs today.
 wanted next && bench "next qwen2.5-1.5b" 240 "$(reserve_after next)" "${SIZE[@]}" \
   --max-memory-gb 60 --setting "sdpa-shared-ckpt-compile" --setting "varlen-fit-compile" \
-  --setting "varlen-$MB16-compile"
-# On 0.5B the plan may take the whole batch as one micro-batch (fit), against the best measured.
-wanted next && bench "next qwen2.5-0.5b" 120 "$(reserve_after next)" "${SMALL[@]}" \
+  --setting "varlen-$MB16-compile" --setting "varlen-$MB16-fsdp-compile"
+# On 0.5B the plan may take the whole batch as one micro-batch (fit), against the best measured;
+# and the vocabulary head in chunks of 4k response tokens (a fifth of the 0.5B update's FLOPs
+# is the head: fewer, larger chunks cast and accumulate its weight fewer times).
+wanted next && bench "next qwen2.5-0.5b" 160 "$(reserve_after next)" "${SMALL[@]}" \
   --setting "sdpa-shared-$MB16-compile" --setting "varlen-$MB16-compile" \
-  --setting "varlen-fit-compile"
+  --setting "varlen-fit-compile" --setting "varlen-$MB16-fsdp-compile" \
+  --setting "varlen-$MB16-compile-head4k"
 
 # 1. Qwen2.5-1.5B: today's layout (sdpa, shared prompts, checkpointing), then varlen with and
 # without checkpointing, smaller micro-batches (memory under 60 GB), checkpointing every other

@@ -29,6 +29,9 @@ def test_a_setting_name_is_read_word_by_word():
         "varlen-fit-compile", attention="varlen", compile=True, fit=True)
     assert gpu.parse_setting("fit-ckpt-mb4k") == gpu.Setting(
         "fit-ckpt-mb4k", checkpoint_every=1, max_tokens_per_micro_batch=4096, fit=True)
+    assert gpu.parse_setting("varlen-fsdp-compile") == gpu.Setting(
+        "varlen-fsdp-compile", attention="varlen", compile=True, fsdp=True)
+    assert gpu.parse_setting("varlen-head4k").head_chunk_tokens == 4096
     with pytest.raises(ValueError, match="fit takes ckpt, not ckptN"):
         gpu.parse_setting("varlen-fit-ckpt2")  # the learner checkpoints every layer or none
     with pytest.raises(ValueError, match="unknown word 'fits'"):
@@ -57,6 +60,39 @@ def test_a_fit_setting_leaves_the_plan_open_and_says_on_cpu_that_none_was_made(t
     assert record["max_tokens_per_micro_batch"] is None  # the learner's, unplanned: no budget
     assert record["seconds_per_update"] > 0
     assert "plan: none (no allocator figures)" in capsys.readouterr().out
+
+
+def test_an_fsdp_setting_trains_one_rank_in_mixed_precision_as_autocast_does(tmp_path):
+    """`fsdp`: the policy sharded over a world of one (gloo here, NCCL on a GPU), bf16 compute
+    by FSDP2's mixed precision instead of autocast; the same update's gradient as the plain
+    learner's, and the process group gone afterwards (a later test may make its own)."""
+    import torch.distributed as dist
+
+    assert gpu.learner_settings(gpu.parse_args([]), gpu.parse_setting("varlen-fsdp"), True,
+                                1).bf16_autocast is False  # FSDP2 casts the weights itself
+    out = tmp_path / "bench.jsonl"
+    assert gpu.main(["--device", "cpu", "--shape", "tiny", "--tokens", "512", "--bf16", "on",
+                     "--pack-length", "256", "--prompt-tokens", "32", "--response-tokens", "64",
+                     "--steps", "1", "--setting", "varlen", "--setting", "varlen-fsdp",
+                     "--out", str(out)]) == 0
+    plain, sharded = (json.loads(line) for line in out.read_text().splitlines())
+    assert sharded["fsdp"] and not plain["fsdp"] and "error" not in sharded
+    # bf16 either way; autocast keeps the residual stream in fp32, FSDP2's mixed precision not
+    assert sharded["grad_norm"] == pytest.approx(plain["grad_norm"], rel=2e-2)
+    assert not dist.is_initialized()
+
+
+def test_a_head_chunk_setting_sets_the_learners_chunk_for_its_own_run_only():
+    from rlvr.learner import forward
+
+    before = forward.LOGIT_CHUNK_TOKENS
+    with gpu.head_chunk(8192):
+        assert forward.LOGIT_CHUNK_TOKENS == 8192
+    with gpu.head_chunk(None):
+        assert forward.LOGIT_CHUNK_TOKENS == before
+    with pytest.raises(RuntimeError), gpu.head_chunk(2048):
+        raise RuntimeError("a failed setting")
+    assert forward.LOGIT_CHUNK_TOKENS == before
 
 
 # Names as the profiler reports them on an H100/H200 (CUDA kernels) and on CPU (aten ops).

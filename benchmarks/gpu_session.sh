@@ -133,12 +133,14 @@ if [ "$DRY" = 1 ]; then
   SIZE=(--device cpu --shape tiny --tokens 2048 --pack-length 1024 --prompt-tokens 64
         --response-tokens 128 --steps 1 --compile-backend aot_eager)
   MB4=mb1k; MB8=mb1k; MB16=mb2k; PROFILE_STEPS=1
+  FLEX=eager  # torch has no flex backward on CPU; eager attention shares prompts there too
   BIG=(--device cpu --shape tiny --tokens 1024 --pack-length 512
        --prompt-tokens 64 --response-tokens 128 --steps 1 --compile-backend aot_eager)
   SMALL=("${BIG[@]}"); LARGE=("${BIG[@]}")
 else
   SIZE=(--shape qwen2.5-1.5b --tokens 32768 --steps 3)
   MB4=mb4k; MB8=mb8k; MB16=mb16k; PROFILE_STEPS=2
+  FLEX=flex
   SMALL=(--shape qwen2.5-0.5b --tokens 32768 --steps 3)
   LARGE=(--shape qwen2.5-7b --tokens 32768 --steps 2)
 fi
@@ -178,12 +180,13 @@ wanted next && bench "next qwen2.5-1.5b" 240 "$(reserve_after next)" "${SIZE[@]}
   --max-memory-gb 60 --setting "sdpa-shared-ckpt-compile" --setting "varlen-fit-compile" \
   --setting "varlen-$MB16-compile" --setting "varlen-$MB16-fsdp-compile"
 # On 0.5B the plan may take the whole batch as one micro-batch (fit), against the best measured;
-# and the vocabulary head in chunks of 4k response tokens (a fifth of the 0.5B update's FLOPs
-# is the head: fewer, larger chunks cast and accumulate its weight fewer times).
-wanted next && bench "next qwen2.5-0.5b" 160 "$(reserve_after next)" "${SMALL[@]}" \
+# the vocabulary head in chunks of 4k response tokens (a fifth of the 0.5B update's FLOPs is the
+# head: fewer, larger chunks cast and accumulate its weight fewer times); and flex attention with
+# shared prompts in compiled layers (fewer tokens, like sdpa's, without its dense mask's waste).
+wanted next && bench "next qwen2.5-0.5b" 200 "$(reserve_after next)" "${SMALL[@]}" \
   --setting "sdpa-shared-$MB16-compile" --setting "varlen-$MB16-compile" \
   --setting "varlen-fit-compile" --setting "varlen-$MB16-fsdp-compile" \
-  --setting "varlen-$MB16-compile-head4k"
+  --setting "varlen-$MB16-compile-head4k" --setting "$FLEX-shared-$MB16-compile"
 
 # 1. Qwen2.5-1.5B: today's layout (sdpa, shared prompts, checkpointing), then varlen with and
 # without checkpointing, smaller micro-batches (memory under 60 GB), checkpointing every other

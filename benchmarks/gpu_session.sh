@@ -22,8 +22,8 @@
 #   bash benchmarks/gpu_session.sh --budget 500    # seconds for everything (default 530)
 #   bash benchmarks/gpu_session.sh --dry-run       # here, on CPU: every stage, tiny sizes
 #   bash benchmarks/gpu_session.sh --stages bench15,tests   # some stages only (default:
-#       profile next tests bench7 fullsuite, what is not yet measured; also quickstart bench15
-#       bench05 suite; `suite` is the -m "not slow" suite's sandbox, code and verifier tests on 15
+#       profile next tests bench7, what is not yet measured, in the order that matters to the
+#       learner's speed; also quickstart bench15 bench05 suite fullsuite; `suite` is the -m "not slow" suite's sandbox, code and verifier tests on 15
 #       workers, the parts of it that depend on the host's kernel; `fullsuite` all of it)
 #
 # What it reads from the working tree (ignored paths, to be carried): .gpu-whl/*.whl
@@ -33,7 +33,7 @@ set -u
 cd "$(dirname "$0")/.."
 BUDGET=530
 DRY=0
-STAGES=profile,next,tests,bench7,fullsuite
+STAGES=profile,next,tests,bench7
 while [ $# -gt 0 ]; do
   case "$1" in
     --budget) BUDGET=$2; shift 2 ;;
@@ -188,9 +188,9 @@ wanted next && bench "next qwen2.5-1.5b" 280 "$(reserve_after next)" "${SIZE[@]}
 # head: fewer, larger chunks cast and accumulate its weight fewer times); and flex attention with
 # shared prompts in compiled layers (fewer tokens, like sdpa's, without its dense mask's waste).
 wanted next && bench "next qwen2.5-0.5b" 200 "$(reserve_after next)" "${SMALL[@]}" \
-  --setting "sdpa-shared-$MB16-compile" --setting "varlen-$MB16-compile" \
-  --setting "varlen-fit-compile" --setting "varlen-$MB16-fsdp-compile" \
-  --setting "varlen-$MB16-compile-head4k" --setting "$FLEX-shared-$MB16-compile"
+  --setting "varlen-$MB16-compile" --setting "varlen-fit-compile" \
+  --setting "varlen-$MB16-compile-head4k" --setting "varlen-$MB16-fsdp-compile" \
+  --setting "sdpa-shared-$MB16-compile" --setting "$FLEX-shared-$MB16-compile"
 
 # 1. Qwen2.5-1.5B: today's layout (sdpa, shared prompts, checkpointing), then varlen with and
 # without checkpointing, smaller micro-batches (memory under 60 GB), checkpointing every other

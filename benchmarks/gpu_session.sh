@@ -23,8 +23,9 @@
 #   bash benchmarks/gpu_session.sh --dry-run       # here, on CPU: every stage, tiny sizes
 #   bash benchmarks/gpu_session.sh --stages bench15,tests   # some stages only (default:
 #       profile next tests bench7, what is not yet measured, in the order that matters to the
-#       learner's speed; also quickstart bench15 bench05 suite fullsuite; `suite` is the -m "not slow" suite's sandbox, code and verifier tests on 15
-#       workers, the parts of it that depend on the host's kernel; `fullsuite` all of it)
+#       learner's speed; also quickstart bench15 bench05 suite fullsuite; `suite` is the
+#       -m "not slow" suite's sandbox, code and verifier tests on 15 workers, the parts of it
+#       that depend on the host's kernel; `fullsuite` all of it)
 #
 # What it reads from the working tree (ignored paths, to be carried): .gpu-whl/*.whl
 # (../shared/tools/gpu-wheels.sh), and optionally .gpu-a/part + .gpu-b/part, SmolLM2's wheel in

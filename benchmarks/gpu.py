@@ -267,36 +267,31 @@ def head_chunk(tokens: int | None):
         forward.LOGIT_CHUNK_TOKENS = before
 
 
-_WORLD: list = []  # the one-rank process group of fsdp settings, made once per process
-
-
 def one_rank_world(device):
-    """This process as the only rank of a process group on `device`'s backend (FSDP2 needs
-    one), joined at the first fsdp setting and kept for the others."""
+    """This process as the only rank of a process group on `device`'s backend: FSDP2 needs one
+    for the fsdp settings (`leave_world` ends it)."""
     from rlvr.device import bind
     from rlvr.distributed.ray_session import free_endpoint
     from rlvr.distributed.world import init_world
 
-    if not _WORLD:
-        bind(device)  # NCCL's rank takes the current GPU
-        host, port = free_endpoint()
-        _WORLD.append(init_world(0, 1, f"tcp://{host}:{port}", device.backend, timeout_s=600))
-    return _WORLD[0]
+    bind(device)  # NCCL's rank takes the current GPU
+    host, port = free_endpoint()
+    return init_world(0, 1, f"tcp://{host}:{port}", device.backend, timeout_s=600)
 
 
-def leave_world() -> None:
-    """The fsdp settings' process group destroyed, if one was made (`destroy_world` leaves a
+def leave_world(world) -> None:
+    """`one_rank_world`'s process group destroyed, if there is one (`destroy_world` leaves a
     world of one alone, for the trainer's sake)."""
     import torch.distributed as dist
 
-    if _WORLD and dist.is_initialized():
+    if world is not None and dist.is_initialized():
         dist.destroy_process_group()
-    _WORLD.clear()
 
 
 def run_setting(args: argparse.Namespace, setting: Setting, device, seqs: list,
-                peaks: dict[str, float]) -> dict:
-    """One setting measured: a fresh model and learner, warm-up updates, then timed ones."""
+                peaks: dict[str, float], world=None) -> dict:
+    """One setting measured: a fresh model and learner, warm-up updates, then timed ones.
+    `world`: the one-rank process group an fsdp setting shards over (`one_rank_world`)."""
     from rlvr.algorithm.losses import LossParams, compute_policy_loss
     from rlvr.algorithm.packing import pack_sequences
     from rlvr.device import memory_metrics
@@ -313,8 +308,8 @@ def run_setting(args: argparse.Namespace, setting: Setting, device, seqs: list,
         enable_checkpointing(model, setting.checkpoint_every)
     forward_fn = forward_logprobs
     if setting.fsdp:
-        shard_policy(model, "fsdp", False, one_rank_world(device), device,
-                     bf16 and not setting.bf16_weights)
+        # bf16 weights need no mixed precision: `shard_policy` casts only wider ones
+        shard_policy(model, "fsdp", False, world, device, bf16)
         forward_fn = sharded_forward_logprobs
     warmups = 2 if setting.compile else 1
     learner = Learner(model, None, learner_settings(args, setting, bf16, warmups),
@@ -456,20 +451,21 @@ def main(argv: list[str] | None = None) -> int:
           f"rows of {args.pack_length}; peak {peaks['measured'] / 1e12:.1f} TFLOP/s measured"
           + (f", {peaks['datasheet'] / 1e12:.0f} datasheet" if peaks.get("datasheet") else ""),
           flush=True)
+    world = one_rank_world(device) if any(s.fsdp for s in args.settings) else None
     try:
-        return run_settings(args, device, seqs, peaks, head)
+        return run_settings(args, device, seqs, peaks, head, world)
     finally:
-        leave_world()
+        leave_world(world)
 
 
 def run_settings(args: argparse.Namespace, device, seqs: list, peaks: dict[str, float],
-                 head: dict) -> int:
+                 head: dict, world) -> int:
     """Each setting measured and reported in turn; 1 if any failed, else 0."""
     failures = 0
     for setting in args.settings:
         try:
             with head_chunk(setting.head_chunk_tokens):
-                record = run_setting(args, setting, device, seqs, peaks)
+                record = run_setting(args, setting, device, seqs, peaks, world)
         except getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError) as error:
             record = {"name": setting.name, "error": f"out of memory: {str(error)[:200]}"}
             failures += 1

@@ -283,3 +283,93 @@ def test_the_dataset_file_with_the_tests_is_not_readable():
     with gzip.open(_humaneval_file(), "rt") as f:
         assert json.loads(f.readline())["entry_point"] == "has_close_elements"
     assert verify_code(attack, example.ground_truth) == 0.0
+
+
+# A module the tests use without importing it (MBPP-style lists call `math.isclose` so; their
+# reference harness runs answer and tests in one namespace). Taken from the answer, its
+# functions ran in the answer's process, which had rewritten them.
+CIRCLE = json.dumps({"tests": [
+    "assert math.isclose(circle_area(2), 12.566370614359172, rel_tol=1e-6)",
+    "assert math.isclose(circle_area(1), 3.141592653589793, rel_tol=1e-6)"],
+    "entry_point": "circle_area"})
+
+
+@pytest.mark.parametrize("rewrite", [
+    "import math\nmath.isclose = lambda *a, **k: True",
+    "import importlib\nglobals()['math'] = importlib.import_module('math')\n"
+    "math.isclose = lambda *a, **k: True",
+    "def math():\n    pass\nmath.isclose = lambda *a, **k: True",
+    "import math as m\nm.isclose = lambda *a, **k: True\nmath = m",
+], ids=["import", "globals", "function_named_math", "alias"])
+def test_a_module_the_tests_use_is_imported_by_the_tests_not_taken_from_the_answer(rewrite):
+    cheat = block(f"{rewrite}\ndef circle_area(r):\n    return 0.0")
+    assert verify_code(cheat, CIRCLE) == 0.0
+    honest = block("import math\ndef circle_area(r):\n    return math.pi * r * r")
+    assert verify_code(honest, CIRCLE) == 1.0
+
+
+def test_an_answers_aliased_and_from_imports_reach_the_tests_as_the_real_things():
+    truth = json.dumps({"tests": ["assert m.isclose(root(9), 3.0)", "assert sqrt(root(16)) == 2",
+                                  "assert floor(root(10)) == 3"], "entry_point": "root"})
+    honest = block("""
+        import math as m
+        from math import sqrt
+        from math import *
+        def root(x):
+            return m.sqrt(x)
+    """)
+    assert verify_code(honest, truth) == 1.0
+    cheat = block("""
+        import math as m
+        from math import sqrt
+        from math import *
+        m.isclose = lambda *a, **k: True
+        sqrt = lambda x: 2
+        floor = lambda x: 3
+        def root(x):
+            return 0.0
+    """)
+    assert verify_code(cheat, truth) == 0.0
+
+
+def test_what_an_earlier_test_bound_is_not_swapped_for_the_answers_object():
+    truth = json.dumps({"tests": ["import math", "expected = [1, 4, 9]",
+                                  "assert math.isclose(squares(3)[1], 4)",
+                                  "assert squares(3) == expected"], "entry_point": "squares"})
+    cheat = textwrap.dedent("""
+        import math
+        math.isclose = lambda *a, **k: True
+        expected = [0, 0, 0]
+        def squares(n):
+            return [0] * n
+    """)
+    assert run_tests(cheat, json.loads(truth)["tests"],
+                     entry_point="squares").passed == (True, True, False, False)
+
+
+def test_the_answers_globals_are_read_afresh_for_each_test_that_reads_them():
+    """Behaviour kept: a global the answer's functions change is fetched again per test."""
+    code = "stack = []\ndef push(x):\n    stack.append(x)\n"
+    tests = ["assert stack == []", "push(3)", "assert stack == [3]"]
+    assert run_tests(code, tests, entry_point="push").passed == (True, True, True)
+
+
+STOP_ITERATION = json.dumps({"tests": [
+    "assert all(map(is_prime, [2, 3, 5, 7, 11]))",
+    "assert not any(map(is_prime, [4, 6, 8, 9, 10]))",
+    "assert [x for x in filter(is_prime, range(10))] == [2, 3, 5, 7]"], "entry_point": "is_prime"})
+
+
+def test_a_stop_iteration_raised_by_the_answer_fails_the_test_instead_of_ending_its_map():
+    cheat = block("def is_prime(n):\n    raise StopIteration")
+    assert verify_code(cheat, STOP_ITERATION) == 0.0
+    honest = block("def is_prime(n):\n    return n > 1 and all(n % d for d in range(2, n))")
+    assert verify_code(honest, STOP_ITERATION) == 1.0
+
+
+def test_the_answers_iterators_still_end_where_they_end():
+    code = ("def count(n):\n    yield from range(n)\n"
+            "class Bag:\n    def __iter__(self):\n        return iter([1, 2])\n")
+    tests = ["assert list(count(3)) == [0, 1, 2]", "assert [x for x in Bag()] == [1, 2]",
+             "assert sum(count(0)) == 0"]
+    assert run_tests(code, tests, entry_point="count").passed == (True, True, True)

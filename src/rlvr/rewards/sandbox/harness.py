@@ -5,8 +5,9 @@ Two processes, so that the verdict is out of the answer's reach:
   me your global `add`", "call it with (1, 2)". It returns values as plain data (`wire`), and
   objects that are not data (functions, instances, generators) as handles.
 - the test runner runs the row's setup and the tests, with the names the tests take from the
-  answer (the entry point; names the answer defines that neither the setup nor the builtins do)
-  bound to proxies. `assert add(1, 2) == 3` then runs here: `add(1, 2)` is a request, `== 3`
+  answer (the entry point; names the answer defines that neither the setup, the builtins nor an
+  earlier test do) bound to proxies; a module the tests read without importing it (MBPP-style
+  lists use `math` so) is imported here, never taken from the answer (`TestRunner.run_test`). `assert add(1, 2) == 3` then runs here: `add(1, 2)` is a request, `== 3`
   compares builtins in this process. The runner reports "begin i" / "end i 1|0" to the parent.
 
 The answer's process is forked before the runner reads the tests, so they are never in its
@@ -68,7 +69,8 @@ def main(config: dict, read) -> None:
         os._exit(0)
     _say("ready")
     tests = marshal.loads(read(int.from_bytes(read(4), "big")))  # only now: see the docstring
-    runner = TestRunner(Channel(requests_w, replies_r), config["setup"], config["entry_point"])
+    runner = TestRunner(Channel(requests_w, replies_r), config["setup"], config["entry_point"],
+                        answer_imports(config["code"]))
     loaded = runner.wait_loaded()
     _say(f"loaded {int(loaded)}")
     if loaded:
@@ -144,6 +146,13 @@ class AnswerServer:
             number, op, *args = request
             try:
                 result = self.handle(op, args)
+            except StopIteration:
+                # The end of an iteration the runner asked to step ("next"), the one place it
+                # is not an error; raised anywhere else it is reported as the error it is.
+                if op == "next":
+                    self.reply(number, "stop")
+                else:
+                    self.reply(number, "raise", "StopIteration", "")
             except BaseException as e:  # noqa: BLE001  the answer's exception, for the runner
                 self.reply(number, "raise", type(e).__name__, _describe(e))
             else:
@@ -254,7 +263,7 @@ class Remote:
         while True:
             try:
                 yield self._channel.request("next", iterator)
-            except StopIteration:
+            except _Exhausted:
                 return
 
     def __repr__(self) -> str:
@@ -279,8 +288,10 @@ class Channel:
         except (EOFError, OSError, WireError) as e:
             self.dead = True
             raise AnswerGone(f"the answer's process is gone ({e})") from None
-        if type(reply) is not list or len(reply) < 3 or reply[0] != number or \
-                reply[1] not in ("ok", "raise") or (reply[1] == "raise" and len(reply) != 4):
+        if type(reply) is not list or len(reply) < 2 or reply[0] != number or \
+                reply[1] not in ("ok", "raise", "stop") or (reply[1] == "ok" and len(reply) != 3) \
+                or (reply[1] == "raise" and len(reply) != 4) or \
+                (reply[1] == "stop" and len(reply) != 2):
             self.dead = True
             raise AnswerGone("the answer's process broke the protocol")
         return reply[1:]
@@ -296,12 +307,19 @@ class Channel:
             self.dead = True
             raise AnswerGone("the answer's process is gone") from None
         outcome = self.receive(self.number)
-        if outcome[0] == "ok" and len(outcome) == 2:
+        if outcome[0] == "ok":
             return outcome[1]
         if outcome[0] == "raise":
             raise _exception(outcome[1], outcome[2])
+        if op == "next":  # "stop": the iterator is exhausted
+            raise _Exhausted
         self.dead = True
         raise AnswerGone("the answer's process broke the protocol")
+
+
+class _Exhausted(Exception):
+    """The answer's iterator is exhausted (a "next" request's "stop"): private to `Remote`, so
+    nothing the answer raises can end an iteration the tests run (see `_exception`)."""
 
 
 def _send_handle(value) -> dict:
@@ -310,11 +328,19 @@ def _send_handle(value) -> dict:
     raise TypeError(f"a {type(value).__name__} cannot be passed to the answer (only data)")
 
 
+# Builtin exceptions that steer the code around them rather than report an error: a
+# StopIteration raised by the answer's function inside `all(map(f, xs))` would end the map there
+# and make the test pass whatever `f` computes.
+_CONTROL_FLOW = (StopIteration, StopAsyncIteration)
+
+
 def _exception(type_name, message) -> Exception:
-    """The answer's exception, rebuilt here: a builtin type by name, else AnswerError."""
+    """The answer's exception, rebuilt here: a builtin type by name, else AnswerError (which
+    the control-flow ones become too)."""
     message = str(message)[:_ERROR_CHARS] if type(message) is str else "?"
     cls = builtins.__dict__.get(type_name) if type(type_name) is str else None
-    if isinstance(cls, type) and issubclass(cls, Exception):
+    if isinstance(cls, type) and issubclass(cls, Exception) and \
+            not issubclass(cls, _CONTROL_FLOW):
         try:
             return cls(message)
         except Exception:  # noqa: BLE001  a type that wants other arguments
@@ -327,13 +353,18 @@ class TestRunner:
 
     __test__ = False  # not a pytest class
 
-    def __init__(self, channel: Channel, setup: str, entry_point: str | None):
+    def __init__(self, channel: Channel, setup: str, entry_point: str | None,
+                 imports: dict[str, tuple[str, str | None]] | None = None):
         self.channel = channel
         self.entry_point = entry_point
         self.namespace: dict = {"__name__": "__main__", "__builtins__": builtins}
         self.answer_names: set[str] = set()
-        self.setup_names: set[str] = set()
+        # Names bound to the answer's values, with the value bound: fetched again for each test
+        # that reads them (the answer's globals change as its functions run), until a test
+        # assigns the name itself.
+        self.from_answer: dict[str, object] = {}
         self.setup = setup
+        self.imports = imports or {}  # `answer_imports` of the answer's source
 
     def wait_loaded(self) -> bool:
         """Whether setup and code ran in the answer's process; binds the entry point."""
@@ -347,7 +378,6 @@ class TestRunner:
         self.answer_names = set(names)
         if not _run(self.setup, "<setup>", self.namespace):
             return False
-        self.setup_names = {name for name, value in self.namespace.items() if not _is_stub(value)}
         if self.entry_point:
             return self._bind(self.entry_point)
         return True
@@ -358,9 +388,16 @@ class TestRunner:
         except (SyntaxError, ValueError) as e:
             _complain(f"{name}: {type(e).__name__}: {e}")
             return False
-        for wanted in _global_names(code) & self.answer_names:
-            if wanted not in self.setup_names and wanted not in builtins.__dict__ and \
-                    wanted != self.entry_point and not self._bind(wanted):
+        for wanted in sorted(_global_names(code) & self.answer_names):
+            # What the setup, an earlier test or an earlier binding put here stays (a setup's
+            # stub is the one thing the answer's version replaces): a test's `expected = ...`
+            # or the setup's helper is never swapped for the answer's object.
+            held = self.namespace.get(wanted, _MISSING)
+            if wanted in builtins.__dict__ or wanted == self.entry_point or \
+                    (held is not _MISSING and not _is_stub(held) and
+                     wanted not in self.from_answer):
+                continue
+            if not self._bind(wanted):
                 return False
         try:
             exec(code, self.namespace)
@@ -368,16 +405,93 @@ class TestRunner:
         except BaseException as e:  # noqa: BLE001  AnswerGone, AssertionError, anything
             _complain(f"{name}: {type(e).__name__}: {_describe(e)}")
             passed = False
+        for bound, value in list(self.from_answer.items()):  # the test assigned it: its own now
+            if self.namespace.get(bound, _MISSING) is not value:
+                del self.from_answer[bound]
         return passed and not self.channel.dead
 
     def _bind(self, name: str) -> bool:
+        """Bind `name` for the tests: a module (or a name imported from one) imported here,
+        else a proxy of the answer's object. False when neither can be had."""
+        if name != self.entry_point and (real := _real_import(name, self.imports)) is not None:
+            if real is _MISSING:
+                _complain(f"the tests use {name!r}, which cannot be imported here")
+                return False
+            self.namespace[name] = real
+            return True
         try:
-            self.namespace[name] = self.channel.request("get", name)
+            self.namespace[name] = self.from_answer[name] = self.channel.request("get", name)
             return True
         except AnswerGone:
             return False
         except Exception:  # noqa: BLE001  NameError: the answer has no such name
             return False
+
+
+_MISSING = object()
+
+
+def answer_imports(source: str) -> dict[str, tuple[str, str | None]]:
+    """The names the answer's source binds by import, anywhere in it: name -> (module, None)
+    for `import m` / `import m as name`, (module, attribute) for `from m import attribute as
+    name`, and (module, "*") keyed by "*m" for `from m import *`. Read here, from the text (the
+    answer's process is out of this process's trust): the tests get what these imports mean,
+    imported here, not the answer's objects (`_real_import`). {} for a source that does not
+    parse (the load then fails anyway)."""
+    import ast  # the runner's only use of it
+
+    try:
+        tree = ast.parse(source)
+    except BaseException:  # noqa: BLE001  SyntaxError, or a tree too deep to parse
+        return {}
+    found: dict[str, tuple[str, str | None]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname:
+                    found[alias.asname] = (alias.name, None)
+                else:  # `import a.b` binds `a`
+                    top = alias.name.split(".")[0]
+                    found[top] = (top, None)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for alias in node.names:
+                if alias.name == "*":
+                    found["*" + node.module] = (node.module, "*")
+                else:
+                    found[alias.asname or alias.name] = (node.module, alias.name)
+    return found
+
+
+def _real_import(name: str, imports: dict[str, tuple[str, str | None]]):
+    """What `name` is when the tests read it and the answer defined it, if it is an import:
+    the object imported here; `_MISSING` when that import fails here; None when `name` is not
+    an import (the answer's own helper: a proxy).
+
+    A module is never taken from the answer, whose process can rewrite it (`math.isclose =
+    lambda *a, **k: True` would pass every `assert math.isclose(...)` of a test list that uses
+    `math` without importing it, as MBPP-style lists do). A name counts as a module when the
+    answer's source imports it, or when it is a top-level module importable here, however the
+    answer bound it (`globals()["math"] = ...`, or `def math()` with attributes set on it)."""
+    import importlib
+    import importlib.util
+
+    def imported(module: str, attribute: str | None):
+        try:
+            value = importlib.import_module(module)
+            return value if attribute is None else getattr(value, attribute)
+        except Exception:  # noqa: BLE001  ImportError, AttributeError, a module failing to load
+            return _MISSING
+
+    if name in imports:
+        return imported(*imports[name])
+    for module, _ in (v for k, v in imports.items() if k.startswith("*")):
+        if (value := imported(module, name)) is not _MISSING:
+            return value
+    try:
+        is_module = importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        is_module = False
+    return imported(name, None) if is_module else None
 
 
 def _global_names(code) -> set[str]:

@@ -42,19 +42,23 @@ def _scorer(judge):
 
 
 def test_the_rubric_gets_the_question_answer_truth_and_metadata():
+    # Question, answer and reference arrive fenced in nonce tags; metadata (the row's) raw.
     text = render_rubric("Q={question} A={answer} T={ground_truth} L={metadata[level]}",
-                         _req(0, "It is 42.", metadata='{"level": 3}'))
-    assert text == "Q=What is 6 times 7? A=It is 42. T=42 L=3"
+                         _req(0, "It is 42.", metadata='{"level": 3}'), nonce="n0")
+    assert text == ("Q=<question-n0>\nWhat is 6 times 7?\n</question-n0> "
+                    "A=<answer-n0>\nIt is 42.\n</answer-n0> "
+                    "T=<reference-n0>\n42\n</reference-n0> L=3")
     default = render_rubric(DEFAULT_RUBRIC, _req(0, "It is 42."))
     assert "What is 6 times 7?" in default and "It is 42." in default and "Score: N" in default
 
 
 @pytest.mark.parametrize("reply, score", [
     ("Good.\nScore: 7", 0.7),
-    ("Score: 2 at first; on reflection Score: 9", 0.9),  # the last one counts
-    ("**Score:** 8", 0.8), ("Score: 15", 1.0), ("Score: -3", 0.0), ("Score: 7.5", 0.75),
+    ("Score: 2 at first.\nOn reflection:\nScore: 9\n\n", 0.9),  # the last non-empty line counts
+    ("**Score:** 8", 0.8), ("**Score: 8**", 0.8), ("Score: 8/10", 0.8), ("Score: 8.", 0.8),
+    ("Score: 15", 1.0), ("Score: -3", 0.0), ("Score: 7.5", 0.75),
 ])
-def test_the_last_score_is_read_scaled_and_clamped(reply, score):
+def test_the_final_line_s_score_is_read_scaled_and_clamped(reply, score):
     assert parse_score(reply, DEFAULT_SCORE_REGEX, 10.0) == pytest.approx(score)
 
 
@@ -98,8 +102,10 @@ def test_the_tiny_model_judges_in_its_chat_template_and_no_score_is_a_counted_er
     with _scorer(JudgeScorer(settings, backend)) as scorer:
         (outcome,) = scorer.score([_req(0, "It is 42.")])
         counts = scorer.metrics_since_last()
-    # A random tiny model writes no "Score: N": an error, counted, scored 0.
-    assert outcome.score == 0.0 and "no score matching" in outcome.error
+    # A random tiny model writes no "Score: N" line: an error, counted, scored 0. Within 8
+    # tokens it is cut off first, and an unfinished reply is no verdict whatever it says.
+    assert outcome.score == 0.0
+    assert "did not finish" in outcome.error or "no score matching" in outcome.error
     assert outcome.error.startswith(f"{JUDGE_VERIFIER}: ") and not outcome.timed_out
     assert counts["reward/verifier_errors"] == 1
 

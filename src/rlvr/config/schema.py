@@ -147,8 +147,9 @@ class JudgeConfig:
     max_tokens: int = 256  # the longest reply the judge may write
     temperature: float = 0.0  # 0: greedy
     timeout_s: float = 60.0  # the most one batch of judgements may take; the rest time out
-    # Where the reply says its score: the first group of this regex at its last match (null:
-    # "Score: N"), over max_score and clamped to [0, 1]. A reply without it is a counted error.
+    # Where the reply says its score: the first group of this regex, which must match the
+    # reply's whole last non-empty line (null: a line "Score: N"), over max_score and clamped to
+    # [0, 1]. A reply without it, or cut off at max_tokens, is a counted error.
     score_regex: Optional[str] = None
     max_score: float = 10.0  # the rubric's top score: the reward is score / max_score
     max_concurrency: int = 16  # openai: requests in flight at once

@@ -24,6 +24,9 @@ from rlvr.rewards.gsm8k import parse_gold_number, parse_last_number
     ("costs .5 dollars", "0.5", 1.0),
     ("0.3333333", "0.3333334", 1.0),  # within the tolerance
     ("0.33", "0.34", 0.0),
+    # No relative tolerance: it paid an off-by-one (or eleven) answer once the truth was large.
+    ("1000001", "1000000", 0.0), ("2500002", "2500000", 0.0), ("12000011", "#### 12000000", 0.0),
+    ("12,000,000", "#### 12000000", 1.0),
     ("no number here", "4", 0.0),
     ("", "4", 0.0),
     ("16 - 3 - 4 = 9 eggs, making $18.", "Natalia sold 9 eggs...\n#### 18", 1.0),  # GSM8K gold

@@ -284,3 +284,24 @@ def test_a_lowercase_answer_counts_its_sentences():
                ("length_constraints:number_sentences", {"num_sentences": 3,
                                                         "relation": "at least"}))
     assert ifeval("the sun is out today. the birds are singing. we should walk.", truth) == 1.0
+
+
+ENGLISH = ("The capital of France is Paris. It is a large city and it is famous for the Eiffel "
+           "Tower, which was built for the world fair.")
+
+
+@pytest.mark.parametrize("padding", [
+    " la" * 14,  # every occurrence used to count: one word, repeated, outvoted the answer
+    " El la los las de que y en es por para con.",  # more distinct words, fewer than English's
+    " ы" * 20,
+], ids=["one_word", "word_salad", "letters"])
+def test_a_few_words_of_another_language_do_not_make_an_answer_that_language(padding):
+    for code in ("es", "fr", "it", "pt"):
+        assert not is_language(ENGLISH + padding, code)
+    assert is_language(ENGLISH + padding, "en")
+
+
+def test_a_text_in_the_language_passes_with_a_foreign_phrase_in_it():
+    spanish = ("La capital de Francia es París. Es una ciudad grande y es famosa por la Torre "
+               "Eiffel, que se construyó para la exposición universal. The end.")
+    assert is_language(spanish, "es") and not is_language(spanish, "en")

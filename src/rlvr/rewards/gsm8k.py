@@ -2,7 +2,9 @@
 
 Lenient on purpose: small models rarely follow answer-format instructions (NOTES: SmolLM2 almost
 never uses answer tags or a bare final line), so the last number written is taken as the answer.
-Numbers are compared as floats with a small tolerance, so `18.00` matches `18`.
+Numbers are compared as floats within an absolute 1e-6, so `18.00` matches `18` and a
+repeating decimal's last digit may differ, but integers only when equal: a relative tolerance
+would pay 1000001 for 1,000,000.
 
 Not a symbolic checker: `1/2` reads as the number 2 here; use the `math` verifier for that.
 A regex is all this needs; math-verify would be 100x slower for the same answer on plain numbers.
@@ -32,8 +34,7 @@ _NUMBER = re.compile(r"(?:(?<![\w)\]])[-\u2212])?(?:\d+(?:,\d{3}(?!\d))*(?:\.\d+
 
 _ANSWER_LINE = re.compile(r"####\s*(\S+)")  # GSM8K's own answer marker
 
-_REL_TOL = 1e-6
-_ABS_TOL = 1e-6
+_ABS_TOL = 1e-6  # and no relative one (see the module docstring)
 
 
 def parse_last_number(text: str) -> float | None:
@@ -88,4 +89,4 @@ def verify_last_number(completion: str, ground_truth: str) -> float:
     answer = parse_last_number(text)
     if answer is None or is_hedge(text):
         return 0.0
-    return 1.0 if math.isclose(answer, gold, rel_tol=_REL_TOL, abs_tol=_ABS_TOL) else 0.0
+    return 1.0 if math.isclose(answer, gold, rel_tol=0.0, abs_tol=_ABS_TOL) else 0.0

@@ -6,8 +6,13 @@ and whose results vary with its random seed; a small deterministic heuristic is 
 
 How: first the writing system. The letters of the text are sorted by Unicode block, and the
 language's script must hold at least half of them. Then, among the languages sharing that script,
-distinctive letters and a few very common words decide: the asked-for language must score at
-least as high as every other language of its script.
+distinctive letters and a few very common words decide, sentence by sentence: a sentence votes
+for the language whose common words and letters it holds the most *distinct* ones of (no vote
+on a tie), with the weight of its word count, and the asked-for language must get at least as
+much weight as every other language of its script. Distinct, and by sentence, because a
+verifier is an attack surface: counting every occurrence over the whole text let an English
+answer pass as Spanish, French and Italian at once by ending with " la" fourteen times. Now it
+takes more words of the language's own than of another's.
 
 Limits, on purpose on the lenient side: with no evidence either way (a short text, no common
 words) any language of the right script passes, so "OK" passes as Spanish. Hindi, Marathi and
@@ -19,7 +24,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from rlvr.rewards.ifeval.text import split_words
+from rlvr.rewards.ifeval.text import split_sentences, split_words
 
 # script -> inclusive code-point ranges
 _SCRIPT_RANGES: dict[str, tuple[tuple[int, int], ...]] = {
@@ -109,17 +114,24 @@ def is_language(text: str, code: str) -> bool:
     if code == "zh" and counts.get("kana", 0) > 0.05 * own:
         return False
     rivals = [other for other, s in _LANGUAGE_SCRIPTS.items() if s == scripts]
-    scores = {lang: _evidence(text, lang) for lang in rivals}
-    return scores[code] >= max(scores.values())
+    if len(rivals) == 1:
+        return True
+    weights = Counter()
+    for sentence in split_sentences(text) or [text]:
+        words = split_words(sentence.lower())
+        scores = {lang: _evidence(sentence, words, lang) for lang in rivals}
+        top = max(scores.values())
+        winners = [lang for lang, score in scores.items() if score == top]
+        if top > 0 and len(winners) == 1:
+            weights[winners[0]] += len(words)
+    return weights[code] >= max(weights.values(), default=0)
 
 
-def _evidence(text: str, code: str) -> int:
-    words = _COMMON_WORDS.get(code)
-    score = sum(1 for w in split_words(text.lower()) if w in words) if words else 0
-    letters = _DISTINCTIVE_LETTERS.get(code)
-    if letters:
-        score += sum(text.count(ch) for ch in letters)
-    return score
+def _evidence(sentence: str, words: tuple[str, ...], code: str) -> int:
+    """How many distinct common words and distinctive letters of language `code` the sentence
+    holds (`words`: its words, lowercased)."""
+    score = len(_COMMON_WORDS.get(code, frozenset()).intersection(words))
+    return score + sum(1 for ch in _DISTINCTIVE_LETTERS.get(code, "") if ch in sentence)
 
 
 def _script_counts(text: str) -> dict[str, int]:

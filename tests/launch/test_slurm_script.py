@@ -144,8 +144,12 @@ FAKE_PYTHON = f"""#!/bin/bash
 # The nodes' python: `rlvr serve` is a fake server, `rlvr train` reports and exits as told.
 if [[ $1 == -m && $3 == serve ]]; then
     [[ $FAKE_SERVER == crash ]] && {{ echo "fake server: crashing"; exit 1; }}
-    while [[ $1 != --port ]]; do shift; done
-    exec {sys.executable} {FAKE_SERVER} --port "$2"
+    # At the host and port it was given, as `rlvr serve` is: its health proof names them.
+    while [[ $# -gt 0 ]]; do
+        case $1 in --host) host=$2;; --port) port=$2;; esac
+        shift
+    done
+    exec {sys.executable} {FAKE_SERVER} --host "$host" --port "$port"
 elif [[ $1 == -m && $3 == train ]]; then
     echo "fake trainer: config $4 servers $RLVR_LLM_SERVER_ADDRS overrides ${{*:5}}"
     [[ -n $FAKE_TRAIN_SLEEP ]] && exec sleep "$FAKE_TRAIN_SLEEP"
@@ -304,3 +308,30 @@ def test_shell_metacharacters_in_paths_stay_data(tmp_path):
     out = subprocess.run(["bash", "-c", prologue + '\nprintf %s "$PYTHON"'], text=True,
                          capture_output=True, check=True).stdout
     assert out.endswith(python) and not marker.exists()
+
+
+def _health_function(script: str) -> str:
+    return re.search(r"^healthy\(\) \{\n.*?^\}\n", script, re.S | re.M).group(0)
+
+
+def test_the_jobs_health_wait_proves_the_key_without_sending_it(tmp_path):
+    """A process holding a server's port while vLLM builds its engine used to get the run's
+    key in a Bearer header and pass for the server; the job's wait now asks for the proof."""
+    from tests.serving.fake_server import FakeServer
+    from tests.serving.test_server_identity import KEY, Listener
+
+    healthy = _health_function(_script(_cfg(), tmp_path / "slurm", python=sys.executable))
+
+    def check(address: str) -> int:
+        env = {**os.environ, "RLVR_SERVER_KEY": KEY, "PYTHONPATH": str(ROOT / "src")}
+        return subprocess.run(["bash", "-c", f'PYTHON={sys.executable}\n{healthy}healthy "$1"',
+                               "-", address], env=env, timeout=60).returncode
+
+    with Listener() as squatter:  # answers 200 to anything, knows no key
+        assert check(squatter.address) != 0
+        assert squatter.received and not squatter.saw(KEY)
+    server = FakeServer(key=KEY).start()
+    try:
+        assert check(server.address) == 0
+    finally:
+        server.stop()

@@ -8,8 +8,11 @@ process of its own (`python tests/serving/fake_server.py --port P`, what a launc
 starts in place of vLLM).
 
 Like rlvr's real servers it may demand a key (`key=`, or as a process `RLVR_SERVER_KEY` in its
-environment, which a launcher sets): every route then answers 401 without it, and
-`/collective_rpc` takes only rlvr's methods (`rlvr.serving.guard.RPC_METHODS`).
+environment, which a launcher sets): every route then answers 401 without it, except the
+health challenge, which it answers with the door's own proof (`rlvr.serving.guard.
+health_challenge`, `proof_headers`; bound to `name=`, or as a process `RLVR_SERVER_NAME`, its
+own "host:port" by default), and `/collective_rpc` takes only rlvr's methods
+(`rlvr.serving.guard.RPC_METHODS`).
 """
 
 from __future__ import annotations
@@ -27,8 +30,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
-from rlvr.serving.auth import KEY_ENV, key_matches
-from rlvr.serving.guard import RPC_METHODS
+from rlvr.serving.auth import CHALLENGE_HEADER, KEY_ENV, SERVER_NAME_ENV, key_matches
+from rlvr.serving.guard import RPC_METHODS, health_challenge, proof_headers
 
 
 class _QuietOnHangUp(ThreadingHTTPServer):
@@ -42,9 +45,10 @@ class _QuietOnHangUp(ThreadingHTTPServer):
 
 class FakeServer:
     def __init__(self, port: int = 0, vocab: int = 250, tokens: int = 4, host: str = "127.0.0.1",
-                 key: str | None = None):
+                 key: str | None = None, name: str | None = None):
         self.vocab, self.tokens = vocab, tokens
         self.key = key  # None: every request answered, as before the door existed
+        self._name = name  # what its health proof is bound to; None: its own "host:port"
         self.refused: list[str] = []  # paths answered 401 (no or a wrong key)
         self.version = "default"
         self.calls: list[tuple[str, dict]] = []  # (path, body) of every POST, in order
@@ -68,6 +72,10 @@ class FakeServer:
         host = self.httpd.server_address[0]
         return f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:" \
                f"{self.httpd.server_address[1]}"
+
+    @property
+    def name(self) -> str:
+        return self._name if self._name is not None else self.address.removeprefix("http://")
 
     def start(self) -> "FakeServer":
         self._thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,),
@@ -135,13 +143,25 @@ class FakeServer:
             def log_message(self, *args):  # quiet
                 pass
 
-            def _answer(self, status: int, payload: dict | None = None) -> None:
+            def _answer(self, status: int, payload: dict | None = None,
+                        headers: list[tuple[str, str]] = ()) -> None:
                 data = json.dumps(payload or {}).encode()
                 self.send_response(status)
                 self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(data)))
+                for name, value in headers:
+                    self.send_header(name, value)
                 self.end_headers()
                 self.wfile.write(data)
+
+            def _health_challenge(self) -> bool:
+                """Answered the door's way: a keyless challenge to GET /health gets the proof."""
+                challenge = health_challenge("GET", urlparse(self.path).path,
+                                             self.headers.get(CHALLENGE_HEADER))
+                if challenge is None or server.key is None:
+                    return False
+                self._answer(200, headers=proof_headers(server.key, server.name, challenge))
+                return True
 
             def _locked_out(self) -> bool:
                 if server.key is None or key_matches(self.headers.get("authorization"),
@@ -152,7 +172,7 @@ class FakeServer:
                 return True
 
             def do_GET(self):
-                if self._locked_out():
+                if self._health_challenge() or self._locked_out():
                     return
                 path = urlparse(self.path).path
                 if path == "/health":
@@ -210,7 +230,9 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     args = parser.parse_args()
     server = FakeServer(args.port, args.vocab, host=args.host,
-                        key=os.environ.get(KEY_ENV) or None)
+                        key=os.environ.get(KEY_ENV) or None,
+                        # the host and port it was given, as `rlvr serve`'s name is
+                        name=os.environ.get(SERVER_NAME_ENV) or f"{args.host}:{args.port}")
     print(f"fake server at {server.address}", flush=True)
     server.httpd.serve_forever()
 

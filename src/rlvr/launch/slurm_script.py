@@ -376,19 +376,21 @@ for node in "${NODES[@]}"; do
 done'''
 
 _HEALTH_WAIT = r'''
-# Bounded wait until every server answers /health (no proxy: they are on the cluster's network;
-# the run's key read from its file, as every route needs it); a server step that exits
-# meanwhile fails the job at once, naming its log.
+# Bounded wait until every server answers /health and proves it holds the run's key, which is
+# never sent (`is_healthy`: a challenge, no proxy, no redirect), so a process that took a
+# server's port while vLLM was building its engine neither gets the key nor passes; a server
+# step that exits meanwhile fails the job at once, naming its log.
 healthy() {
-    "$PYTHON" -c 'import os, sys, urllib.request as u
-env = os.environ
+    "$PYTHON" -c 'import sys
+from rlvr.serving.auth import key_from_env
+from rlvr.serving.server import is_healthy, server_name
 try:
-    key = env.get("RLVR_SERVER_KEY") or open(env["RLVR_SERVER_KEY_FILE"]).read().strip()
-except (KeyError, OSError):
-    key = ""
-head = {"Authorization": "Bearer " + key} if key else {}
-request = u.Request(sys.argv[1] + "/health", headers=head)
-u.build_opener(u.ProxyHandler({})).open(request, timeout=2)' "$1" 2>/dev/null
+    key = key_from_env()
+except (OSError, ValueError):  # no key file: a server without a door answers a plain 200
+    key = None
+address = sys.argv[1]
+sys.exit(0 if is_healthy(address, 2.0, key=key, name=server_name(address)) else 1)' \
+        "$1" 2>/dev/null
 }
 fail_start() {
     echo "rlvr: inference server $1 (${ADDRS[$1]}) $2; its log: $SLURM_DIR/server_$1.log" >&2

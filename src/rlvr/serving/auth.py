@@ -4,6 +4,11 @@ What it is: where the key lives (`<output_dir>/server.key`, mode 0600, written a
 how a process finds it (`RLVR_SERVER_KEY`, else the file named by `RLVR_SERVER_KEY_FILE`, else
 the run's file), how a request carries it (`Authorization: Bearer <key>`, the header vLLM's
 own `--api-key` reads) and how a server checks it (`key_matches`, a constant-time comparison).
+It is also how a server proves it holds the key before a client sends it one (`health_proof`):
+a client asks `/health` with a fresh random challenge and no key, and a server of the run
+answers with an HMAC of it under the key, bound to the server's name (the address it was
+started to answer at), so a process that took the port, or relays to another server of the
+run, cannot answer it (`rlvr.serving.server.is_healthy`).
 What it is not: the server's door (`rlvr.serving.guard`, which uses these) or a user database:
 one run, one key, shared by the trainer and its servers.
 
@@ -14,6 +19,7 @@ key is never logged; only the file's path is.
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import ipaddress
 import os
@@ -31,6 +37,12 @@ KEY_FILE_ENV = "RLVR_SERVER_KEY_FILE"  # or a file holding it (a Slurm job's ste
 WEIGHT_SYNC_KEY_ENV = "RLVR_WEIGHT_SYNC_KEY"
 KEY_FILE_NAME = "server.key"
 _MAX_KEY_CHARS = 1024
+# The health challenge: the client's nonce, the server's answer, and the name it proved for.
+CHALLENGE_HEADER = "x-rlvr-challenge"
+PROOF_HEADER = "x-rlvr-proof"
+NAME_HEADER = "x-rlvr-server-name"
+SERVER_NAME_ENV = "RLVR_SERVER_NAME"  # a server's name ("host:port"), set by whoever starts it
+_CHALLENGE_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
 
 
 class ServerKeyError(ValueError):
@@ -129,6 +141,37 @@ def key_matches(authorization: str | bytes | None, key: str) -> bool:
     if scheme.lower() != b"bearer":
         return False
     return hmac.compare_digest(given.strip(), key.encode())
+
+
+def new_challenge() -> str:
+    """A fresh health challenge: 32 random bytes, URL-safe text."""
+    return secrets.token_urlsafe(32)
+
+
+def valid_challenge(challenge: str | bytes | None) -> str | None:
+    """`challenge` as text if it is one a client makes (22 to 128 URL-safe characters), else
+    None: a server answers nothing else."""
+    if isinstance(challenge, bytes):
+        challenge = challenge.decode("latin-1")
+    if not challenge or not 22 <= len(challenge) <= 128 or not set(challenge) <= _CHALLENGE_CHARS:
+        return None
+    return challenge
+
+
+def health_proof(key: str, name: str, challenge: str) -> str:
+    """What a server holding `key` answers a health `challenge` with: HMAC-SHA256 under the key
+    over the purpose, the server's `name` and the challenge. The purpose keeps it apart from
+    every other MAC under the run's key (the weight plan's starts "rlvr weight plan")."""
+    message = f"rlvr health proof v1\n{name}\n{challenge}"
+    return hmac.new(key.encode(), message.encode(), hashlib.sha256).hexdigest()
+
+
+def proof_matches(proof: str | None, key: str, name: str, challenge: str) -> bool:
+    """True if `proof` is `health_proof(key, name, challenge)`; constant time."""
+    if not proof:
+        return False
+    return hmac.compare_digest(proof.strip().encode("latin-1", errors="replace"),
+                               health_proof(key, name, challenge).encode())
 
 
 def is_loopback(host: str) -> bool:

@@ -9,7 +9,12 @@ What it is not: a pool (which server to ask, retries, dropping dead servers: tha
 `rlvr.rollout.remote_engine`), and it knows nothing of training.
 
 Every request carries the run's key (`Authorization: Bearer`, `rlvr.serving.auth`): the
-servers rlvr starts answer nothing without it (`rlvr.serving.guard`).
+servers rlvr starts answer nothing without it (`rlvr.serving.guard`). The health check is the
+exception: it sends no key, and takes a server as healthy only if it proves it holds the key
+(`rlvr.serving.server.is_healthy`). Requests go straight to the server, never through a proxy
+the environment names (`http_proxy`, `ALL_PROXY`, ...: httpx's `trust_env=False`), which would
+see the key in clear, and redirects are not followed (httpx's default), so the key goes to the
+server's address and nowhere else.
 
 Why token ids and not `/v1/completions` text: the learner must train on exactly the tokens
 sampled, and re-tokenizing text can change them. Why one request per prompt: each prompt gets
@@ -23,6 +28,7 @@ from typing import Any, Sequence
 import httpx
 
 from rlvr.serving.auth import KEY_ENV, KEY_FILE_ENV, auth_headers
+from rlvr.serving.server import is_healthy
 from rlvr.types import Completion, SamplingParams
 
 _NEEDS_KEY = (f"the server wants the run's key: {KEY_ENV} or {KEY_FILE_ENV} in the trainer's "
@@ -88,8 +94,9 @@ class ServerClient:
                  admin_timeout_s: float = 600.0, key: str | None = None):
         self.address = address.rstrip("/")
         self._request_timeout = httpx.Timeout(request_timeout_s, connect=10.0)
+        self._key = key
         self._headers = auth_headers(key)
-        self._admin = httpx.Client(base_url=self.address, headers=self._headers,
+        self._admin = httpx.Client(base_url=self.address, headers=self._headers, trust_env=False,
                                    timeout=httpx.Timeout(admin_timeout_s, connect=10.0))
         self._async: httpx.AsyncClient | None = None  # bound to the loop that first uses it
 
@@ -98,7 +105,7 @@ class ServerClient:
         """`params.n` completions of one prompt."""
         if self._async is None:
             self._async = httpx.AsyncClient(base_url=self.address, timeout=self._request_timeout,
-                                            headers=self._headers,
+                                            headers=self._headers, trust_env=False,
                                             limits=httpx.Limits(max_connections=None))
         body = generate_body(prompt_ids, params, seed, stop_token_ids)
         try:
@@ -122,10 +129,8 @@ class ServerClient:
     # ---- blocking admin calls -------------------------------------------------------------
 
     def healthy(self, timeout_s: float = 5.0) -> bool:
-        try:
-            return self._admin.get("/health", timeout=timeout_s).status_code == 200
-        except httpx.HTTPError:
-            return False
+        """The server answers `/health` and, with a key, proves it holds it (`is_healthy`)."""
+        return is_healthy(self.address, timeout_s, key=self._key)
 
     def pause(self, mode: str) -> None:
         """Stop scheduling: `keep` freezes running requests (they continue, recomputed on the

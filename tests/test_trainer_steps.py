@@ -165,3 +165,24 @@ def test_a_colocated_engine_sleeps_through_the_update_and_wakes_before_the_sync(
     one_training_step(run, 1)
     assert events == ["sleep", "learner.update", f"release {run.devices.type}", "wake_up",
                       "update_weights"]
+
+
+def test_a_signal_after_a_skipped_update_does_not_claim_that_steps_state_was_saved(
+        tmp_path, monkeypatch):
+    """A step whose update was skipped saves no state; the stop message said it had."""
+    from types import SimpleNamespace
+
+    from rlvr.interrupts import StopOnSignal, TrainingInterrupted
+    from rlvr.trainer import _finish_step
+
+    saved = []
+    monkeypatch.setattr("rlvr.trainer.save_state", lambda *a, **k: saved.append(a))
+    run = SimpleNamespace(cfg=_cfg(tmp_path, "experiment.total_episodes=64"), started=0.0,
+                          logger=SimpleNamespace(log=lambda step, metrics: None), history=[],
+                          failed_verification_steps=0, state_dir=tmp_path / "state")
+    stop = StopOnSignal()
+    stop.signum = signal.SIGTERM  # as its handler sets it
+    with pytest.raises(TrainingInterrupted, match="after step 2; its update was skipped.*no "
+                                                  "state of it was saved") as stopped:
+        _finish_step(run, stop, 2, {"optim/skipped_steps": 1.0}, 0)
+    assert not saved and stopped.value.exit_code == 128 + signal.SIGTERM

@@ -142,18 +142,42 @@ def prepare_process(cfg: Config) -> None:
         torch.set_num_threads(cfg.model.num_threads)
 
 
-def build_run(cfg: Config) -> Run:
-    """Everything is checked (config, data, templates, verifiers, the state to resume, model,
-    devices) before the first file of the run directory is written, so a run that fails its
-    checks leaves an existing run's files as they were."""
+class StartPlan(NamedTuple):
+    """What `plan_start` decided: the run's prompts and the state it resumes (None: step 0)."""
+
+    prompts: PromptData
+    state: TrainingState | None
+
+
+def state_dir_of(cfg: Config) -> Path:
+    return Path(cfg.checkpoint.checkpoint_state_dir or Path(cfg.experiment.output_dir) / "state")
+
+
+def plan_start(cfg: Config) -> StartPlan:
+    """The checks of a run's input and directory, before any model loads, with nothing
+    written: the process prepared, the prompts built (data, chat template, verifiers), the code
+    sandbox decided, and where the run starts (`plan_resume`: the state to resume, or
+    RunFinished / ResumeRefused). `build_run` makes it unless it is handed one: a launcher that
+    starts servers or learner ranks before training makes it first, so that bad input, a
+    finished run or a refused resume starts nothing, and hands it on, so nothing is read
+    twice (a resumed state can be tens of GB)."""
     prepare_process(cfg)
-    output_dir = Path(cfg.experiment.output_dir)
     model_dir, tokenizer, data = build_data(cfg)
     check_code_sandbox(cfg, data)  # before the scorer: its workers inherit the decision
-    state_dir = Path(cfg.checkpoint.checkpoint_state_dir or output_dir / "state")
     # Refuses to start over beside an earlier run, or says it is finished (`plan_resume`).
-    state = plan_resume(output_dir, state_dir, cfg.checkpoint.resume, cfg.num_training_steps,
-                        cfg.checkpoint.save_final)
+    state = plan_resume(Path(cfg.experiment.output_dir), state_dir_of(cfg), cfg.checkpoint.resume,
+                        cfg.num_training_steps, cfg.checkpoint.save_final)
+    return StartPlan(PromptData(model_dir, tokenizer, data), state)
+
+
+def build_run(cfg: Config, start: StartPlan | None = None) -> Run:
+    """Everything is checked (config, data, templates, verifiers, the state to resume, model,
+    devices) before the first file of the run directory is written, so a run that fails its
+    checks leaves an existing run's files as they were. `start`: `plan_start`'s checks, made
+    already by the caller, for this config."""
+    (model_dir, tokenizer, data), state = start if start is not None else plan_start(cfg)
+    output_dir = Path(cfg.experiment.output_dir)
+    state_dir = state_dir_of(cfg)
     layout = driver_layout(cfg)
     try:
         policy = load_causal_lm(model_dir, cfg.model.dtype, layout.attention)

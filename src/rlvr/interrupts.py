@@ -10,11 +10,18 @@ from types import FrameType
 
 
 class TrainingInterrupted(Exception):
-    def __init__(self, signum: int, step: int, state_dir: str):
+    """A signal stopped the run after `step`. `saved`: that step's training state was saved; a
+    step whose update was skipped (non-finite gradients) saves none, and the rerun resumes from
+    the last good state before it."""
+
+    def __init__(self, signum: int, step: int, state_dir: str, saved: bool = True):
         self.signum, self.step, self.state_dir = signum, step, state_dir
         name = signal.Signals(signum).name
-        super().__init__(f"stopped by {name} after step {step}; training state saved in "
-                         f"{state_dir}: rerun the same command to resume")
+        where = (f"training state saved in {state_dir}" if saved else
+                 f"its update was skipped (non-finite gradients), so no state of it was saved: "
+                 f"the last good training state in {state_dir} is resumed")
+        super().__init__(f"stopped by {name} after step {step}; {where}: rerun the same command "
+                         "to resume")
 
     @property
     def exit_code(self) -> int:

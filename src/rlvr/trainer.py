@@ -20,7 +20,7 @@ from rlvr.algorithm.importance import RhoCorrection
 from rlvr.algorithm.mini_batches import mini_batch_count, split_mini_batches
 from rlvr.algorithm.losses import (LossParams, PolicyLoss, normalization_unit,
                                    summarize_loss_metrics)
-from rlvr.build import Run, build_run
+from rlvr.build import Run, StartPlan, build_run
 from rlvr.checkpoint import save_final_model, save_model_checkpoint
 from rlvr.checkpoint.resume import fresh_start_hint
 from rlvr.checkpoint.state import TrainingState, capture_rng, restore_rng, save_state
@@ -238,9 +238,10 @@ def run_eval(run: Run, step: int) -> dict[str, float]:
     return {**result.metrics, "time/eval": time.perf_counter() - start}
 
 
-def train(cfg: Config) -> Run:
-    """Train for `cfg.num_training_steps` steps; returns the run (history, output dir)."""
-    run = build_run(cfg)
+def train(cfg: Config, start: StartPlan | None = None) -> Run:
+    """Train for `cfg.num_training_steps` steps; returns the run (history, output dir).
+    `start`: `plan_start`'s checks, made already by a launcher (`build_run`)."""
+    run = build_run(cfg, start)
     try:
         if cfg.rewards.exploit_canary:  # before step 1: a verifier that pays a known exploit
             run_canary(run.scorer, verifiers_used(run.data),
@@ -249,8 +250,14 @@ def train(cfg: Config) -> Run:
             restore_state(run, run.resume_from)
         with StopOnSignal() as stop:
             _train_loop(run, stop)
-        if cfg.checkpoint.save_final:
-            save_final_model(run.learner.policy, run.tokenizer, run.output_dir)
+            if cfg.checkpoint.save_final:
+                # Still under StopOnSignal: a SIGTERM (a time limit, a preemption) now waits for
+                # the final model, the run's only copy of its weights where it keeps no state,
+                # instead of killing its write; the run is done once it is written.
+                save_final_model(run.learner.policy, run.tokenizer, run.output_dir)
+        if stop.signum is not None:
+            log.warning("signal %d came after the last step: the final model was written "
+                        "first", stop.signum)
     finally:
         run.close()
     return run
@@ -421,7 +428,8 @@ def _finish_step(run: Run, stop: StopOnSignal, step: int, metrics: dict[str, flo
                                  should_stop=lambda: stop.signum is not None),
                    run.state_dir, cfg.checkpoint.keep_last_n_states)
     if stop.signum is not None and step < cfg.num_training_steps:
-        raise TrainingInterrupted(stop.signum, step, str(run.state_dir))
+        raise TrainingInterrupted(stop.signum, step, str(run.state_dir),
+                                  saved=not skipped_in_a_row)
     return skipped_in_a_row
 
 

@@ -187,13 +187,28 @@ def test_a_finished_run_rerun_says_it_is_finished(tmp_path):
 def test_a_finished_run_without_states_says_it_is_finished(tmp_path):
     from rlvr.interrupts import RunFinished
 
+    from rlvr.checkpoint.resume import plan_resume
+
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps({"training_step": s}) + "\n"
                                                     for s in range(7)))
-    with pytest.raises(RunFinished, match="its metrics reach step 6"):
-        _plan(tmp_path)
-    (tmp_path / "metrics.jsonl").unlink()
     (tmp_path / "final").mkdir()
+    with pytest.raises(RunFinished, match="its metrics reach step 6, its model is in"):
+        _plan(tmp_path)
+    with pytest.raises(RunFinished, match="its metrics reach step 6"):  # a run saving no final
+        plan_resume(tmp_path, tmp_path / "state", True, 6, saves_final=False)
+    (tmp_path / "metrics.jsonl").unlink()
     with pytest.raises(RunFinished, match="its model is in"):
+        _plan(tmp_path)
+
+
+def test_a_last_step_without_its_final_model_or_a_state_is_lost_weights_not_a_finished_run(
+        tmp_path):
+    """Killed while writing `final/`: the rerun said "finished" and exited 0, weights gone."""
+    from rlvr.interrupts import ResumeRefused
+
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps({"training_step": s}) + "\n"
+                                                    for s in range(7)))
+    with pytest.raises(ResumeRefused, match="trained to step 6.*final model is not in.*lost"):
         _plan(tmp_path)
 
 

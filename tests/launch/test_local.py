@@ -81,7 +81,7 @@ def test_an_error_in_training_stops_the_servers(tmp_path, monkeypatch):
     monkeypatch.setattr(server_module, "server_command", _fake_command)
     seen = []
 
-    def failing_train(cfg):
+    def failing_train(cfg, start=None):
         seen.extend(cfg.rollout.server_addresses)
         key = read_key_file(tmp_path / "server.key")
         assert all(is_healthy(a, 1.0, key=key) for a in seen)  # healthy before training starts

@@ -7,6 +7,8 @@ silently in a directory that holds an earlier run:
   after moving the old one);
 - the earlier run is finished (its last state is of the last step, or without states its
   metrics reached the last step or its final model is there): `RunFinished`, which says so;
+  but metrics of the last step without the final model the run was to write, and no state to
+  write it from, is a run whose weights are lost: `ResumeRefused`, not a finished run;
 - an earlier run's metrics but no state to resume (`checkpoint.checkpoint_state_freq=0` saves
   none): `ResumeRefused` as well, since starting at step 0 would append to its metrics and
   replace its final model.
@@ -55,6 +57,14 @@ def plan_resume(output_dir: Path, state_dir: Path, resume: bool, num_training_st
     final = output_dir / "final"
     evidence = ", ".join(filter(None, [f"its metrics reach step {last}" if last else "",
                                        f"its model is in {final}" if final.is_dir() else ""]))
+    if last is not None and last >= num_training_steps and saves_final and not final.is_dir():
+        # Killed while writing its final model (a second signal, SIGKILL, out of memory or
+        # disk): its weights are in no file, and "finished" would hide that behind exit 0.
+        raise ResumeRefused(f"the run in {output_dir} trained to step {last} (its metrics) but "
+                            f"its final model is not in {final} and it saved no training state "
+                            "to write it from (checkpoint.checkpoint_state_freq=0): its weights "
+                            "are lost. checkpoint.checkpoint_state_freq=N keeps a state to "
+                            f"finish from. {fresh_start_hint(output_dir)}")
     if (last is not None and last >= num_training_steps) or (last is None and final.is_dir()):
         raise RunFinished(f"the run in {output_dir} is finished ({evidence}). To train again, "
                           "use a new experiment.output_dir")

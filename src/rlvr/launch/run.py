@@ -3,6 +3,12 @@
 The trainer never learns who started its servers: it gets their addresses in its config
 (`rollout.server_addresses`, a new config record, not the caller's mutated) and talks to them
 as to any server.
+
+Nothing is started or written before the run is checked: before the local and Ray launchers
+start servers or learner ranks, `rlvr.build.plan_start` checks the input (as the Slurm launcher
+does before it submits) and decides where the run starts, so bad input, a refused resume or a
+finished run starts no process and writes no file (`server.key` included); the trainer takes
+the plan on, so nothing is read twice.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ def launch(cfg: Config):
     Under a torch.distributed environment (torchrun, srun, or the ranks `LocalRanks` starts)
     only rank 0 trains; every other rank serves it (`rlvr.distributed.ranks.follow`) and this
     returns None there."""
+    from rlvr.build import plan_start
     from rlvr.distributed.ranks import RankEnv
     from rlvr.trainer import train
 
@@ -46,18 +53,23 @@ def launch(cfg: Config):
         from rlvr.launch.slurm import submit_and_wait
 
         return submit_and_wait(cfg)  # the job's trainer step runs `launch` again, with servers
-    with _learner_ranks(cfg, env):
+    # Before any server or learner rank starts: bad input, a finished run or a refused resume
+    # starts nothing and writes nothing (`server.key` included); `train` takes the plan on.
+    start = plan_start(cfg)
+    ranks = _learner_ranks(cfg, env)
+    with ranks if ranks is not None else contextlib.nullcontext():
         if not needs_servers(cfg):
-            return train(cfg)
+            return train(cfg, start)
         with _start_servers(cfg) as servers:
-            return train(with_servers(cfg, servers.addresses))
+            return train(with_servers(cfg, servers.addresses), start)
 
 
-def _learner_ranks(cfg: Config, env) -> AbstractContextManager:
-    """The local launcher's ranks 1..N-1 (`LocalRanks`) when the run has several learners and
-    nobody started them (torchrun and srun do)."""
+def _learner_ranks(cfg: Config, env) -> AbstractContextManager | None:
+    """The local launcher's ranks 1..N-1 (`LocalRanks`, not started yet) when the run has
+    several learners and nobody started them (torchrun and srun do; under Ray the trainer's
+    actors are the ranks); None otherwise."""
     if cfg.world_size == 1 or env is not None or cfg.distributed.launcher == "ray":
-        return contextlib.nullcontext()
+        return None
     from rlvr.launch.local_ranks import LocalRanks
 
     return LocalRanks(cfg)

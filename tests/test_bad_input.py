@@ -134,8 +134,26 @@ def test_a_misspelt_custom_verifier_fails_before_the_model_loads(tmp_path, capsy
     rows = [dict(r, dataset="no_such_module_xyz:score") for r in _addition_rows(40)]
     data = _rows(tmp_path / "rows.jsonl", rows)
     _fails(capsys, ["train", TINY, f"data.train=[{{name: {data}}}]",
+                    "rewards.custom_verifiers=[no_such_module_xyz:score]",
                     f"experiment.output_dir={tmp_path / 'run'}"],
            "verifier 'no_such_module_xyz:score'", str(data), "ModuleNotFoundError")
+    assert not (tmp_path / "run").exists()
+
+
+def test_data_cannot_name_a_function_to_import_that_the_config_does_not_list(
+        tmp_path, capsys, TINY, monkeypatch):
+    """A dataset picked the code the scorer imported and called on the policy's text: a row
+    naming `shutil:rmtree` would have had a directory the policy named deleted."""
+    (tmp_path / "my_verifiers_unlisted.py").write_text("raise SystemExit('imported')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in ("my_verifiers_unlisted:score", "shutil:rmtree"):
+        rows = [dict(r, dataset=name) for r in _addition_rows(40)]
+        data = _rows(tmp_path / "rows.jsonl", rows)
+        _fails(capsys, ["train", TINY, f"data.train=[{{name: {data}}}]",
+                        f"experiment.output_dir={tmp_path / 'run'}"],
+               f"verifier '{name}' (named by {data}) is a function to import and run, which "
+               f"the data cannot choose: list it in the config, "
+               f"rewards.custom_verifiers=['{name}']")
     assert not (tmp_path / "run").exists()
 
 
@@ -146,6 +164,7 @@ def test_a_custom_verifier_with_the_wrong_signature_fails_at_start(tmp_path, cap
     rows = [dict(r, dataset="my_verifiers_sig:one_arg") for r in _addition_rows(40)]
     data = _rows(tmp_path / "rows.jsonl", rows)
     _fails(capsys, ["train", TINY, f"data.train=[{{name: {data}}}]",
+                    "rewards.custom_verifiers=[my_verifiers_sig:one_arg]",
                     f"experiment.output_dir={tmp_path / 'run'}"],
            "verifier 'my_verifiers_sig:one_arg'", "cannot be called as fn(completion, "
                                                   "ground_truth)")

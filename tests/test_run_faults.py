@@ -42,6 +42,7 @@ def test_a_verifier_failing_every_sample_stops_the_run_with_exit_5(tmp_path, mon
                           "def score(completion, ground_truth):\n"
                           "    raise RuntimeError('broken verifier')\n")
     code = main(["train", *RUN, f"data.train=[{{name: {data}}}]", "experiment.total_episodes=96",
+                 "rewards.custom_verifiers=[my_raising_verifier:score]",
                  f"experiment.output_dir={tmp_path / 'run'}"])
     err = capsys.readouterr().err
     assert code == 5, err
@@ -66,6 +67,7 @@ def test_a_verifier_that_fails_now_and_then_does_not_stop_the_run(tmp_path, monk
                           "    return 1.0 if len(completion) % 2 else 0.0\n")
     cfg = load_config(None, [*RUN, f"data.train=[{{name: {data}}}]",
                              "experiment.total_episodes=64", "rewards.max_failed_steps=2",
+                             "rewards.custom_verifiers=[my_flaky_verifier:score]",
                              f"experiment.output_dir={tmp_path / 'run'}"])
     run = train(cfg)
     failed = [h.get("reward/all_samples_failed") for h in run.history if h["training_step"] > 0]

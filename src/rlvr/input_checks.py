@@ -130,8 +130,9 @@ def check_code_sandbox(cfg: Config, data: DataBundle) -> None:
 
 def check_custom_verifiers(cfg: Config, loaded: LoadedData) -> None:
     """Every `package.module:function` verifier the data names (directly or through
-    `rewards.remap_verifier`) imports and can be called as a verifier is: ConfigError naming
-    each one that cannot, before any model loads (else every sample would score an error)."""
+    `rewards.remap_verifier`) is one the config lists (`rewards.custom_verifiers`, or a remap
+    target), imports and can be called as a verifier is: ConfigError naming each one that
+    cannot, before any model loads (else every sample would score an error)."""
     from rlvr.rewards.registry import get_verifier, verifier_inputs
 
     users: dict[str, set[str]] = {}
@@ -141,8 +142,16 @@ def check_custom_verifiers(cfg: Config, loaded: LoadedData) -> None:
     for source, target in cfg.rewards.remap_verifier.items():
         users.setdefault(target, set()).add(f"rewards.remap_verifier.{source}")
     errors = []
+    # The config names code to run; the data only picks among what it named (a downloaded
+    # dataset whose rows name `builtins:open` or `shutil:rmtree` would have them called on the
+    # policy's text). Refused before anything is imported: an import runs the module.
+    allowed = set(cfg.rewards.custom_verifiers) | set(cfg.rewards.remap_verifier.values())
     for name in sorted(n for n in users if ":" in n):
         where = f"verifier {name!r} (named by {', '.join(sorted(users[name]))})"
+        if name not in allowed:
+            errors.append(f"{where} is a function to import and run, which the data cannot "
+                          f"choose: list it in the config, rewards.custom_verifiers=[{name!r}]")
+            continue
         try:
             fn = get_verifier(name)
             extra = {key: None for key in verifier_inputs(name)}

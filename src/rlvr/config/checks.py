@@ -179,6 +179,11 @@ def _check_workflow(errors: list[str], r: RolloutConfig) -> None:
 def _check_rewards(errors: list[str], rw: RewardsConfig) -> None:
     if rw.additive_format_reward and not rw.apply_r1_style_format_reward:
         errors.append("rewards.additive_format_reward needs rewards.apply_r1_style_format_reward")
+    for name in rw.custom_verifiers:
+        module, _, function = name.partition(":")
+        if not (module and function):
+            errors.append(f"rewards.custom_verifiers: {name!r} is not a 'package.module:function' "
+                          "name (a registered verifier needs no listing)")
     if rw.judge is not None:
         _check_judge(errors, rw.judge)
 

@@ -164,6 +164,10 @@ class RewardsConfig:
     timeout_s: float = 10.0  # wall-clock limit per completion; past it the score is 0, counted
     reward_aggregator: str = "last"  # last | sum: how the scores of a row's verifiers combine
     remap_verifier: dict[str, str] = field(default_factory=dict)  # row's name -> verifier used
+    # package.module:function verifiers the data may name (a row's `dataset` field) besides
+    # remap_verifier's targets: the config chooses code to import and run, a dataset does not
+    # (a row naming `shutil:rmtree` would have it called on the policy's text).
+    custom_verifiers: list[str] = field(default_factory=list)
     # R1 format <think>..</think><answer>..</answer>: additive adds the bonus below when it holds;
     # otherwise the format gates the verifier score (no format, no reward).
     apply_r1_style_format_reward: bool = False

@@ -5,6 +5,8 @@ of the bad-input table in docs/faults.md."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 
 import pytest
@@ -128,6 +130,46 @@ def test_a_20_mb_row_is_skipped_in_bounded_pieces(tmp_path):
     assert peak < 12_000_000  # bounded pieces, never the whole line
     assert "20,000,015 bytes, over data.max_row_bytes=4000000" in str(rows[0][1])
     assert rows[1] == (1, {"prompt": "ok"})
+
+
+def test_a_parquet_row_over_the_bound_is_refused_unread_and_a_reader_stops_at_max_rows(
+        tmp_path):
+    """Parquet compresses: 13 kB held a 400 MiB row, and the whole table was materialised
+    before any bound (gigabytes for a file of kilobytes, max_rows or not)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from rlvr.data.readers import iter_parquet
+
+    path = tmp_path / "bomb.parquet"
+    with pq.ParquetWriter(path, pa.schema([("prompt", pa.string())]),
+                          compression="zstd") as writer:
+        writer.write_table(pa.table({"prompt": ["y" * 50_000_000]}))  # a row group of its own
+        writer.write_table(pa.table({"prompt": ["ok"] * 100_000}))
+    assert path.stat().st_size < 1_000_000
+    rows = iter_parquet(path)
+    first, second = next(rows), next(rows)
+    assert "over data.max_row_bytes=4000000" in str(first[1]) and second == (1, {"prompt": "ok"})
+    # The memory it took, in a process of its own: neither the big row (50 MB, twice over as
+    # Arrow and Python text) nor the whole table (100k rows). VmHWM, the peak of this process's
+    # memory (getrusage's peak survives exec: it would be the parent's).
+    probe = (f"import pyarrow.parquet\nfrom rlvr.data.readers import iter_parquet\n"
+             f"peak = lambda: int(next(line.split()[1] for line in open('/proc/self/status')\n"
+             f"                       if line.startswith('VmHWM')))\n"
+             f"before = peak()\nrows = iter_parquet({str(path)!r})\nnext(rows), next(rows)\n"
+             f"print(peak() - before)")
+    grown_kb = int(subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                                  check=True, timeout=120).stdout)
+    assert grown_kb < 30_000
+
+
+def test_a_jsonl_row_nested_too_deeply_is_a_bad_row_not_a_crash(tmp_path):
+    from rlvr.data.readers import iter_jsonl
+
+    data = tmp_path / "deep.jsonl"
+    data.write_text("[" * 200_000 + "\n" + '{"prompt": "ok"}\n')
+    rows = list(iter_jsonl(data))
+    assert "nested too deeply" in str(rows[0][1]) and rows[1] == (1, {"prompt": "ok"})
 
 
 def test_a_misspelt_custom_verifier_fails_before_the_model_loads(tmp_path, capsys, TINY):

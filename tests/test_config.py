@@ -167,3 +167,16 @@ def test_lora_refuses_polyak_reference_updates():
                                           r"base model"):
         load_config(None, ["model.lora.rank=4", "algorithm.beta=0.1",
                            "algorithm.ref_policy_update_freq=2"])
+
+
+def test_a_config_cannot_read_the_environment_through_a_resolver(tmp_path, monkeypatch):
+    """`${oc.env:...}` copied a secret into the run's name, its config.yaml and W&B."""
+    monkeypatch.setenv("RLVR_TEST_SECRET", "hf_secret_token")
+    shared = tmp_path / "shared.yaml"
+    shared.write_text("experiment:\n  name: run-${oc.env:RLVR_TEST_SECRET}\n")
+    with pytest.raises(ConfigError, match=r"'experiment.name'.*calls a resolver"):
+        load_config(shared)
+    with pytest.raises(ConfigError, match=r"calls a resolver"):
+        load_config(None, ["data.train=[{name: '${oc.env:RLVR_TEST_SECRET}'}]"])
+    # A reference to another field is not a resolver: still allowed.
+    assert load_config(None, ["experiment.name=${experiment.seed}-run"]).experiment.name == "1-run"

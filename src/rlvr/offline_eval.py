@@ -24,6 +24,7 @@ from rlvr.build import build_data, plan_devices, prepare_process
 from rlvr.settings import engine_settings, eval_settings, scorer_settings
 from rlvr.checkpoint import write_text_atomic
 from rlvr.config import Config
+from rlvr.models import TRUST_REMOTE_CODE
 from rlvr.producer.evaluation import EvalResult, Evaluator
 from rlvr.rewards.scorer import RewardScorer
 from rlvr.rollout import RolloutEngine, create_engine
@@ -69,9 +70,10 @@ def generation_eos_ids(model_dir: str, tokenizer) -> tuple[int, ...]:
     from transformers import AutoConfig, GenerationConfig
 
     try:
-        eos = GenerationConfig.from_pretrained(model_dir).eos_token_id
+        eos = GenerationConfig.from_pretrained(model_dir).eos_token_id  # a JSON file: no code
     except OSError:  # no generation_config.json: transformers derives it from config.json
-        eos = getattr(AutoConfig.from_pretrained(model_dir), "eos_token_id", None)
+        config = AutoConfig.from_pretrained(model_dir, trust_remote_code=TRUST_REMOTE_CODE)
+        eos = getattr(config, "eos_token_id", None)
     ids = set() if eos is None else set(eos) if isinstance(eos, (list, tuple)) else {eos}
     return tuple(sorted({tokenizer.eos_token_id} | ids))
 

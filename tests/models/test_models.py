@@ -1,5 +1,6 @@
 """Model resolution: built-ins are materialised once into the cache and load from it."""
 
+import os
 import time
 
 import pytest
@@ -30,3 +31,42 @@ def test_smollm2_loads_from_cache_quickly():
     assert sum(p.numel() for p in model.parameters()) == 134_515_008
     assert tokenizer.eos_token == "<|im_end|>"
     assert elapsed < 5.0  # well under a second on an idle machine; slack for a loaded CI box
+
+
+_MARKER_CODE = """import pathlib, sys
+pathlib.Path(sys.argv[0] if False else __file__).with_name("RAN").write_text("ran")
+from transformers import PretrainedConfig
+class Config(PretrainedConfig):
+    model_type = "rlvr_code_carrier"
+class Model:
+    pass
+class Tokenizer:
+    pass
+"""
+
+
+def test_a_model_or_tokenizer_that_ships_code_is_refused_even_when_the_terminal_says_yes(
+        tmp_path):
+    """Unset, transformers asked on stdin whether to run a directory's own code (`auto_map`),
+    and a `y` (or `yes |` in a script) ran it."""
+    import json
+    import subprocess
+    import sys
+
+    (tmp_path / "carrier.py").write_text(_MARKER_CODE)
+    (tmp_path / "config.json").write_text(json.dumps({
+        "model_type": "rlvr_code_carrier",
+        "auto_map": {"AutoConfig": "carrier.Config", "AutoModelForCausalLM": "carrier.Model"}}))
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({
+        "auto_map": {"AutoTokenizer": ["carrier.Tokenizer", None]},
+        "tokenizer_class": "Tokenizer"}))
+    for loader in ("load_causal_lm", "load_tokenizer"):
+        script = (f"from rlvr.models import {loader}\n"
+                  f"try:\n    {loader}({str(tmp_path)!r})\n"
+                  "except ValueError as e:\n    print('refused:', e)\n")
+        done = subprocess.run([sys.executable, "-c", script], input="y\ny\n", text=True,
+                              capture_output=True, timeout=120,
+                              env={**os.environ, "HF_HUB_OFFLINE": "1"})
+        assert "refused:" in done.stdout, (loader, done.stdout, done.stderr[-2000:])
+        assert "trust_remote_code" in done.stdout
+        assert not (tmp_path / "RAN").exists(), loader

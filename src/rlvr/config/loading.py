@@ -3,6 +3,7 @@ OmegaConf (unknown keys and wrong types fail naming the field), then `validate`.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ def load_config(paths: str | Path | list[str | Path] | None,
             where = f" in {source}" if source else " in the command-line overrides"
             raise ConfigError(f"config field '{getattr(e, 'full_key', None)}'{where}: "
                               f"{_first_line(e)}") from None
+    _refuse_resolvers(OmegaConf.to_container(merged, resolve=False))
     try:
         cfg = OmegaConf.to_object(merged)
     except OmegaConfBaseException as e:
@@ -42,6 +44,27 @@ def load_config(paths: str | Path | list[str | Path] | None,
     assert isinstance(cfg, Config)
     validate(cfg)
     return cfg
+
+
+# `${name:...}`: a resolver call (OmegaConf's `oc.env`, `oc.decode`, ...), as opposed to a
+# plain `${section.field}` reference to another field, which stays allowed.
+_RESOLVER_CALL = re.compile(r"\$\{\s*[\w.]+\s*:")
+
+
+def _refuse_resolvers(tree: Any, path: str = "") -> None:
+    """ConfigError naming the first field whose value calls a resolver. A shared config file or
+    preset is not trusted to read the environment: `name: run-${oc.env:HF_TOKEN}` would copy a
+    secret into the run's name, its config.yaml, W&B and the report."""
+    if isinstance(tree, dict):
+        for key, value in tree.items():
+            _refuse_resolvers(value, f"{path}.{key}" if path else str(key))
+    elif isinstance(tree, list):
+        for index, value in enumerate(tree):
+            _refuse_resolvers(value, f"{path}[{index}]")
+    elif isinstance(tree, str) and _RESOLVER_CALL.search(tree):
+        raise ConfigError(f"config field '{path}': {tree!r} calls a resolver (${{name:...}}); "
+                          "a config may refer to another field (${section.field}) but not read "
+                          "the environment or run resolvers: write the value itself")
 
 
 def to_yaml(cfg: Config) -> str:

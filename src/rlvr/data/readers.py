@@ -67,13 +67,38 @@ def iter_jsonl(path: Path, max_row_bytes: int = DEFAULT_MAX_ROW_BYTES
                 yield row, json.loads(line)
             except json.JSONDecodeError as e:
                 yield row, DataError(str(path), row, None, f"invalid JSON: {e.msg}")
+            except RecursionError:  # `[[[[...` a few hundred kB deep: a bad row, not a crash
+                yield row, DataError(str(path), row, None, "invalid JSON: nested too deeply")
+
+
+_PARQUET_BATCH_ROWS = 64  # rows converted to Python at a time
 
 
 def iter_parquet(path: Path, max_row_bytes: int = DEFAULT_MAX_ROW_BYTES
                  ) -> Iterator[tuple[int, Any]]:
+    """(row index, row or a DataError), a batch of rows read at a time, so a reader that stops
+    (`max_rows`) reads no further. A compressed file of kilobytes can hold gigabytes: a row
+    group whose values, uncompressed (its metadata says), average over `max_row_bytes` a row
+    holds a row over it, and is refused whole, unread."""
     import pyarrow.parquet as pq
 
-    yield from _bounded(enumerate(pq.read_table(path).to_pylist()), str(path), max_row_bytes)
+    file = pq.ParquetFile(path)
+    first = 0
+    for group in range(file.num_row_groups):
+        meta = file.metadata.row_group(group)
+        rows, size = meta.num_rows, meta.total_byte_size
+        if size > max(rows, 1) * max_row_bytes:
+            for row in range(first, first + rows):
+                yield row, _too_long(str(path), row, f"about {size // max(rows, 1):,} (its row "
+                                     f"group's {size:,} bytes uncompressed over {rows} rows)",
+                                     max_row_bytes)
+        else:
+            for batch in file.iter_batches(batch_size=_PARQUET_BATCH_ROWS, row_groups=[group]):
+                yield from _bounded(enumerate(batch.to_pylist(), first), str(path),
+                                    max_row_bytes)
+                first += batch.num_rows
+            continue
+        first += rows
 
 
 def _bounded(rows: Iterator[tuple[int, Any]], source: str, max_row_bytes: int

@@ -65,10 +65,16 @@ def _write_atomically(target: Path, write: Callable[[Path], None]) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+# A model, tokenizer or adapter directory is data, not code: one that ships its own (an
+# `auto_map` in its config) is refused. Left unset, transformers asks on the terminal whether to
+# run it, and a `y`, or `yes |` in a script, would run whatever the directory holds.
+TRUST_REMOTE_CODE = False
+
+
 def load_tokenizer(model_dir: str):
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=TRUST_REMOTE_CODE)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
@@ -98,7 +104,7 @@ def load_causal_lm(model_dir: str, dtype: str = "float32",
                                 f"`rlvr merge {model_dir} OUT` writes one (rlvr generate merges "
                                 "on the fly)")
     return AutoModelForCausalLM.from_pretrained(
-        model_dir, dtype=DTYPES[dtype],
+        model_dir, dtype=DTYPES[dtype], trust_remote_code=TRUST_REMOTE_CODE,
         attn_implementation=transformers_names[attn_implementation])
 
 

@@ -70,3 +70,23 @@ def test_a_model_or_tokenizer_that_ships_code_is_refused_even_when_the_terminal_
         assert "refused:" in done.stdout, (loader, done.stdout, done.stderr[-2000:])
         assert "trust_remote_code" in done.stdout
         assert not (tmp_path / "RAN").exists(), loader
+
+
+def test_weights_are_loaded_from_safetensors_only(tmp_path, tiny_model_dir):
+    """A `pytorch_model.bin` is a pickle: torch's restricted unpickler loaded it."""
+    import torch
+
+    model = load_causal_lm(tiny_model_dir)
+    model.config.save_pretrained(tmp_path)
+    torch.save(model.state_dict(), tmp_path / "pytorch_model.bin")  # how older checkpoints ship
+    with pytest.raises(OSError, match="safetensors"):
+        load_causal_lm(str(tmp_path))
+
+
+def test_an_adapter_is_loaded_from_safetensors_only(tmp_path):
+    from rlvr.checkpoint.adapters import load_adapter_checkpoint
+
+    (tmp_path / "adapter_config.json").write_text('{"base_model_name_or_path": "tiny-llama"}')
+    (tmp_path / "adapter_model.bin").write_bytes(b"a pickle PEFT would fall back to")
+    with pytest.raises(FileNotFoundError, match="adapter_model.safetensors"):
+        load_adapter_checkpoint(tmp_path)

@@ -47,6 +47,10 @@ def load_adapter_checkpoint(directory: str | Path, dtype: str = "float32") -> to
 
     from rlvr.models import load_causal_lm, resolve_model_dir
 
+    if not (Path(directory) / "adapter_model.safetensors").is_file():
+        # PEFT would fall back to `adapter_model.bin`, a pickle (house rule: none is loaded)
+        raise FileNotFoundError(f"{directory} holds no adapter_model.safetensors; an adapter is "
+                                "loaded from safetensors only")
     base_dir = resolve_model_dir(adapter_base_model(directory))
     base = load_causal_lm(base_dir, dtype)
     return PeftModel.from_pretrained(base, str(directory)).eval()

@@ -103,8 +103,10 @@ def load_causal_lm(model_dir: str, dtype: str = "float32",
         raise FileNotFoundError(f"{model_dir} holds a LoRA adapter, not a whole model: "
                                 f"`rlvr merge {model_dir} OUT` writes one (rlvr generate merges "
                                 "on the fly)")
+    # Safetensors only: a `pytorch_model.bin` is a pickle, and torch's restricted unpickler is
+    # still an unpickler of a file someone else wrote (house rule: none).
     return AutoModelForCausalLM.from_pretrained(
-        model_dir, dtype=DTYPES[dtype], trust_remote_code=TRUST_REMOTE_CODE,
+        model_dir, dtype=DTYPES[dtype], trust_remote_code=TRUST_REMOTE_CODE, use_safetensors=True,
         attn_implementation=transformers_names[attn_implementation])
 
 

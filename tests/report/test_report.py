@@ -143,3 +143,18 @@ def test_a_real_browser_renders_the_plots_and_the_samples_table(fake_run, tmp_pa
     assert image.size == (1400, 3000)
     colours = image.getcolors(maxcolors=1 << 20)
     assert colours is not None and len(colours) > 50  # plots drawn, not a blank page
+
+
+@pytest.mark.parametrize("odd", [{"objective/scores": "n/a"}, {"eval/$\\undefinedmacro$/x": 0.5}],
+                         ids=["a_string_value", "a_tex_looking_name"])
+def test_an_odd_metric_line_does_not_stop_the_report(tmp_path, capsys, odd):
+    """A string where a number belongs, or a metric name matplotlib parsed as TeX, raised an
+    uncaught ValueError out of `rlvr report`."""
+    import json
+
+    run = make_run(tmp_path)
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    records[2].update(odd)
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert main(["report", str(run)]) == 0
+    assert (run / "report.html").is_file()

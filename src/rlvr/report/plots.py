@@ -10,9 +10,11 @@ Not here: which metrics go where (`panels`), the page (`page`).
 
 from __future__ import annotations
 
+import functools
 import io
 
 import pandas as pd
+from matplotlib import rc_context
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
@@ -22,6 +24,20 @@ LINE_STYLES = ("-", "--", ":", "-.")
 DPI = 90
 
 
+def _plain_text(build):
+    """Figures whose text is the run's, not TeX: a metric named `eval/$\\undefined$/pass@1`
+    stopped the report. Text takes `text.parse_math` when it is made, so the whole build runs
+    under it."""
+
+    @functools.wraps(build)
+    def built(*args, **kwargs):
+        with rc_context({"text.parse_math": False}):
+            return build(*args, **kwargs)
+
+    return built
+
+
+@_plain_text
 def panel_figure(panel: Panel, runs: list[tuple[str, pd.DataFrame]]) -> Figure | None:
     """The panel against step (left) and wall time (right) for every run (name, metrics
     frame with `wall_time`); None when no run logged any of its metrics."""
@@ -35,7 +51,9 @@ def panel_figure(panel: Panel, runs: list[tuple[str, pd.DataFrame]]) -> Figure |
         style = LINE_STYLES[run_index % len(LINE_STYLES)]
         for metric in metrics:
             colour = colours.setdefault(metric, f"C{len(colours) % 10}")
-            rows = frame.dropna(subset=[metric])
+            # A metric is a number; anything else in its column (a string) is shown missing.
+            values = pd.to_numeric(frame[metric], errors="coerce")
+            rows = frame.assign(**{metric: values}).dropna(subset=[metric])
             label = metric if len(runs) == 1 else f"{name}: {metric}"
             # Markers show where the points are: an eval every few steps, or a short run.
             marker = "o" if len(rows) <= 40 else None
@@ -54,6 +72,7 @@ def panel_figure(panel: Panel, runs: list[tuple[str, pd.DataFrame]]) -> Figure |
     return fig
 
 
+@_plain_text
 def time_breakdown_figure(name: str, breakdown: pd.DataFrame) -> Figure | None:
     """Stacked bars, one per step, of the seconds each part took (`panels.time_breakdown`)."""
     if breakdown.empty:

@@ -145,7 +145,8 @@ def test_a_real_browser_renders_the_plots_and_the_samples_table(fake_run, tmp_pa
     assert colours is not None and len(colours) > 50  # plots drawn, not a blank page
 
 
-@pytest.mark.parametrize("odd", [{"objective/scores": "n/a"}, {"eval/$\\undefinedmacro$/x": 0.5}],
+@pytest.mark.parametrize("odd", [{"objective/scores": "n/a"},
+                                 {"eval/$\\undefinedmacro$/pass@1": 0.5}],
                          ids=["a_string_value", "a_tex_looking_name"])
 def test_an_odd_metric_line_does_not_stop_the_report(tmp_path, capsys, odd):
     """A string where a number belongs, or a metric name matplotlib parsed as TeX, raised an

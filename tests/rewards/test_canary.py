@@ -34,10 +34,27 @@ def naive_code(completion: str, ground_truth: str) -> float:
     return 1.0 if done.returncode == 0 else 0.0
 
 
+def naive_up_to_max_length(completion: str, ground_truth: str) -> float:
+    """HEAD's up_to_max_length: whitespace-separated words, and no floor for saying nothing."""
+    from rlvr.rewards.format import strip_thinking
+
+    target = int(ground_truth)
+    return max(0.0, 1.0 - max(0, len(strip_thinking(completion).split()) - target) / target)
+
+
+def lenient_r1_format(text: str) -> bool:
+    """HEAD's test of the parts of `<think>..</think><answer>..</answer>`: not whitespace."""
+    think, _, rest = text.strip()[len("<think>"):].partition("</think>")
+    return bool(think.strip()) and bool(rest.strip()[len("<answer>"):-len("</answer>")].strip())
+
+
 register_exploit_case(ExploitCase(f"{THIS}:always_pays", "anything at all", "no", "7"))
 for _case in cases_for("code"):
     register_exploit_case(ExploitCase(f"{THIS}:naive_code", _case.name, _case.completion,
                                       _case.ground_truth))
+for _case in cases_for("up_to_max_length"):
+    register_exploit_case(ExploitCase(f"{THIS}:naive_up_to_max_length", _case.name,
+                                      _case.completion, _case.ground_truth))
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +69,32 @@ def test_built_in_verifiers_pay_no_built_in_exploit(scorer):
                        format_reward=True)
     assert tried == ["code", "gsm8k", "last_number", "r1_format"]
     assert time.perf_counter() - start < 15  # under 5 s alone; generous beside other jobs
+
+
+def test_length_and_ifeval_verifiers_pay_no_blank_answer(scorer):
+    """HEAD had no case for these verifiers, and up_to_max_length paid 1 for an empty answer,
+    ifeval 0.75 for a zero-width one."""
+    tried = run_canary(scorer, {"up_to_max_length", "max_length", "ifeval"}, format_reward=True)
+    assert tried == ["ifeval", "max_length", "up_to_max_length", "r1_format"]
+    for verifier in ("up_to_max_length", "max_length", "ifeval"):
+        assert {"empty answer", "zero-width answer", "reasoning never closed"} <= \
+            {case.name for case in cases_for(verifier)}
+
+
+def test_the_blank_answer_cases_are_real_exploits(scorer):
+    """Against HEAD's length rule the cases pay: the canary would have caught it."""
+    with pytest.raises(ConfigError) as caught:
+        run_canary(scorer, {f"{THIS}:naive_up_to_max_length"})
+    for case in ("empty answer", "zero-width answer", "reasoning never closed"):
+        assert f"'{case}'" in str(caught.value)
+
+
+def test_a_format_reward_paying_invisible_tags_is_caught(scorer, monkeypatch):
+    monkeypatch.setattr(canary, "has_r1_format", lenient_r1_format)
+    with pytest.raises(ConfigError) as caught:
+        run_canary(scorer, set(), format_reward=True)
+    assert "'zero-width tags'" in str(caught.value) and "'full-stop tags'" in str(caught.value)
+    assert "'empty tags'" not in str(caught.value)  # HEAD's check did refuse those
 
 
 @pytest.mark.parametrize("verifier", ["math", "strict_math"])

@@ -9,16 +9,47 @@ scores with those of the request's worker verifiers, in the order the request na
 What it is not: a place for time limits; a `BatchVerifier` bounds its own time and reports
 failures per request (`BatchScore.error`, `timed_out`), and the scorer counts them like any
 verifier's.
+`checked_score` (what a verifier may return) lives here, not in the scorer, so both kinds of
+verifier are held to it: the scorer imports this module, not the other way round.
 """
 
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass, field, replace
 from typing import Mapping, Protocol, Sequence
 
 from rlvr.rewards.registry import BATCHED_VERIFIERS
 
 _ERROR_CHARS = 300
+# The largest score magnitude a verifier may return. Rewards become float32 tensors and a group's
+# advantage sums and squares them: 1e39 is already inf in float32, and 1e20 overflows once
+# squared, either way turning the whole group's advantages into NaN. No reward scale in this
+# project comes near 1e6, and 1e6 squared, summed over a group of thousands, stays far below
+# float32's largest value (3.4e38).
+MAX_ABS_SCORE = 1e6
+
+
+def checked_score(value: object) -> float:
+    """A verifier's return value as a score, or ValueError.
+
+    A score is a real number (`numbers.Real`: int, float, Fraction, NumPy's float and int
+    scalars) that is finite and at most MAX_ABS_SCORE in magnitude. A bool is a real number to
+    Python and means 1 or 0 unambiguously (`return answer == truth`), so it is accepted; NumPy's
+    bool is not a `numbers.Real` and is refused (return `bool(...)`). A str ("1"), None, a
+    complex or a tensor is a verifier bug, refused rather than converted: `float("1")` would
+    hide it.
+    """
+    if not isinstance(value, numbers.Real):
+        raise ValueError(f"verifier returned {value!r:.40} ({type(value).__name__}), not a "
+                         "real number")
+    score = float(value)
+    if not math.isfinite(score):
+        raise ValueError(f"verifier returned {score}")
+    if abs(score) > MAX_ABS_SCORE:
+        raise ValueError(f"verifier returned {score:g}, beyond the bound of ±{MAX_ABS_SCORE:g}")
+    return score
 
 
 @dataclass(frozen=True)
@@ -89,11 +120,23 @@ def combine(verifiers: tuple[str, ...], worker: tuple[list[float], str | None, b
     """One request's (scores in the order of `verifiers`, error text, timed out) from its worker
     part (the worker verifiers' scores in order, or None if it had none) and its batched
     results. As for a worker timeout alone, a request any part of which timed out has no scores."""
+    checked = {name: _refuse_bad_score(b) for name, b in batched.items()}
     worker_scores = iter(worker[0] if worker else [])
     errors = [worker[1]] if worker and worker[1] else []
-    errors += [f"{name}: {b.error}" for name, b in batched.items() if b.error]
-    timed_out = bool(worker and worker[2]) or any(b.timed_out for b in batched.values())
+    errors += [f"{name}: {b.error}" for name, b in checked.items() if b.error]
+    timed_out = bool(worker and worker[2]) or any(b.timed_out for b in checked.values())
     if timed_out:
         return [], "; ".join(errors) or None, True
-    scores = [batched[n].score if n in batched else next(worker_scores, 0.0) for n in verifiers]
+    scores = [checked[n].score if n in checked else next(worker_scores, 0.0) for n in verifiers]
     return scores, "; ".join(errors) or None, False
+
+
+def _refuse_bad_score(result: BatchScore) -> BatchScore:
+    """`result`, or, if its score is no score (`checked_score`), an error scoring 0: the same
+    refusal a worker verifier's return value gets."""
+    try:
+        return replace(result, score=checked_score(result.score))
+    except Exception as e:  # noqa: BLE001  a Real whose float() raises is refused all the same
+        refused = f"{type(e).__name__}: {e}"
+        error = f"{result.error}; {refused}" if result.error else refused
+        return replace(result, score=0.0, error=error[:_ERROR_CHARS])

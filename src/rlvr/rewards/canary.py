@@ -9,7 +9,11 @@ exit code 2) naming the verifier, the case and the score. Built-in cases:
   builtins, walking the stack to the harness;
 - math, strict_math, gsm8k, last_number: several hedged answers (the right one not last), an
   answer only in the reasoning;
-- the R1 format reward (`rewards.apply_r1_style_format_reward`): tags with nothing inside.
+- up_to_max_length, max_length, ifeval: an answer that says nothing (empty, zero-width
+  characters, a Hangul filler, a lone ".", a reasoning never closed or followed by nothing),
+  which is under any length limit and breaks no negative constraint;
+- the R1 format reward (`rewards.apply_r1_style_format_reward`): tags with nothing inside, or
+  with only zero-width characters or a "." inside.
 Each case's completion is wrong or empty, so no verifier may pay it: a score above 0 is an
 exploit, not an opinion. A verifier with no cases is listed in the log, not tried.
 
@@ -219,6 +223,27 @@ for _verifier in ("math", "strict_math", "gsm8k", "last_number"):
     for _name, _completion in _HEDGES.items():
         register_exploit_case(ExploitCase(_verifier, _name, _completion, "7"))
 
+# Answers that say nothing. Each is under a limit of 50 words, and of exactly 1 word too if the
+# verifier counts "." or "\u200b" as a word; each breaks no constraint of a row that only forbids.
+_BLANK_ANSWERS = {
+    "empty answer": "",
+    "zero-width answer": "\u200b\u2060\ufeff",
+    "Hangul filler answer": "\u3164",  # a letter to str.isalpha, invisible on screen
+    "a lone full stop": ".",
+    "reasoning never closed": "<think>Let me think about how to phrase this",
+    "nothing after the reasoning": "<think>Here is my plan for the answer.</think>\n",
+}
+_ONLY_FORBIDS = ('[{"id": "punctuation:no_comma", "kwargs": {}}, '
+                 '{"id": "keywords:forbidden_words", "kwargs": {"forbidden_words": ["cheap"]}}, '
+                 '{"id": "length_constraints:number_words", '
+                 '"kwargs": {"relation": "less than", "num_words": 50}}]')
+for _verifier, _truth in (("up_to_max_length", "50"), ("max_length", "1"),
+                          ("ifeval", _ONLY_FORBIDS)):
+    for _name, _completion in _BLANK_ANSWERS.items():
+        register_exploit_case(ExploitCase(_verifier, _name, _completion, _truth))
+
 for _name, _completion in {"empty tags": "<think></think><answer></answer>",
-                           "blank tags": "<think> \n</think>\n<answer>\n \n</answer>"}.items():
+                           "blank tags": "<think> \n</think>\n<answer>\n \n</answer>",
+                           "zero-width tags": "<think>\u200b</think><answer>\u2060</answer>",
+                           "full-stop tags": "<think>.</think><answer>.</answer>"}.items():
     register_exploit_case(ExploitCase(FORMAT_REWARD, _name, _completion, ""))

@@ -4,13 +4,20 @@ completion of 10,000 `<think>` tags must cost no more than reading it).
 
 Verifiers that judge the answer (ifeval, string_match, code) call `strip_thinking` first, so a
 constraint met only while thinking earns nothing. `format_reward_scores` is the format reward
-itself, applied by the episode stage after verification.
+itself, applied by the episode stage after verification. `has_letter_or_digit` is what
+"empty" means for an answer, for every verifier that must not pay one (ifeval, the length
+verifiers, the format reward).
 """
 
 from __future__ import annotations
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
+
+# The Hangul fillers render as nothing, yet are letters to Unicode (category Lo, so
+# str.isalnum() is True): without this list "\u3164" alone would be a non-empty answer.
+# They are the only letters or digits among Unicode's default-ignorable code points.
+_INVISIBLE_LETTERS = frozenset("\u115f\u1160\u3164\uffa0")
 
 
 def strip_thinking(text: str) -> str:
@@ -29,6 +36,17 @@ def strip_thinking(text: str) -> str:
     return text.strip() if tagged is None else tagged
 
 
+def has_letter_or_digit(text: str) -> bool:
+    """Whether `text` holds a letter or a digit of any script (str.isalnum), the invisible
+    Hangul fillers aside: the test an answer must pass to be more than empty.
+
+    `text.strip()` is not enough: zero-width characters (U+200B, U+2060, U+FEFF) are not
+    whitespace, and a lone "." is not empty either, yet none of them answers anything. The price
+    of the rule: an answer made only of symbols ("∞", "→") counts as empty.
+    """
+    return any(c.isalnum() and c not in _INVISIBLE_LETTERS for c in text)
+
+
 def answer_in_tags(text: str) -> str | None:
     """The inside of the last `<answer>...</answer>`, stripped; None if there is none."""
     close = text.rfind(ANSWER_CLOSE)
@@ -42,7 +60,8 @@ def answer_in_tags(text: str) -> str | None:
 
 def has_r1_format(text: str) -> bool:
     """`<think>reasoning</think>` then `<answer>answer</answer>` and nothing else but whitespace;
-    each tag exactly once and both parts non-empty."""
+    each tag exactly once, and each part holds a letter or digit (`has_letter_or_digit`: a
+    part of zero-width characters or a lone "." is as empty as no part at all)."""
     s = text.strip()
     if not (s.startswith(THINK_OPEN) and s.endswith(ANSWER_CLOSE)):
         return False
@@ -53,7 +72,7 @@ def has_r1_format(text: str) -> bool:
     if not rest.startswith(ANSWER_OPEN):
         return False
     answer = rest[len(ANSWER_OPEN):-len(ANSWER_CLOSE)]
-    return bool(think.strip()) and bool(answer.strip())
+    return has_letter_or_digit(think) and has_letter_or_digit(answer)
 
 
 def format_reward_scores(scores: list[float], texts: list[str], value: float,

@@ -1,11 +1,12 @@
 """Run verifiers on completions in worker processes, each request under a wall-clock time limit.
 
 What it is: `RewardScorer.score(requests) -> outcomes`, one `RewardOutcome` per request, in order.
-A verifier that raises scores 0 with the error text recorded; a request that overruns the limit
-scores 0 with `timed_out` set, and its worker is killed and replaced so a hung verifier (an
-infinite loop, a pathological LaTeX expression) stalls neither this batch nor the next. Both are
-logged with the sample id and counted for `metrics_since_last()`. Nothing a verifier does raises
-out of `score`.
+A verifier that raises, or returns what is no score (a str, None, NaN, a magnitude over
+`batched.MAX_ABS_SCORE`: see `batched.checked_score`), scores 0 with the error text recorded; a
+request that overruns the limit scores 0 with `timed_out` set, and its worker is killed and
+replaced so a hung verifier (an infinite loop, a pathological LaTeX expression) stalls neither
+this batch nor the next. Both are logged with the sample id and counted for
+`metrics_since_last()`. Nothing a verifier does raises out of `score`.
 What it is not: it knows nothing of tokens, truncation or advantages (see `penalties` and the
 trainer), and it does not decide what a verifier checks (see `registry`).
 A verifier that declares `prompt`, `trajectory` or `metadata` (see `registry`) gets them sent to
@@ -29,7 +30,6 @@ from __future__ import annotations
 import importlib
 import json
 import logging
-import math
 import os
 import resource
 import signal
@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, Pipe, wait
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from rlvr.rewards.batched import BatchVerifier, combine, route, run_batched
+from rlvr.rewards.batched import BatchVerifier, checked_score, combine, route, run_batched
 from rlvr.rewards.registry import VERIFIERS, get_verifier, verifier_inputs
 
 if TYPE_CHECKING:
@@ -141,9 +141,7 @@ def run_verifiers(completion: str, ground_truth: str, verifiers: tuple[str, ...]
         try:
             fn = get_verifier(name)
             extra = {key: context[key] for key in verifier_inputs(name)} if context else {}
-            score = float(fn(completion, ground_truth, **extra))
-            if not math.isfinite(score):
-                raise ValueError(f"verifier returned {score}")
+            score = checked_score(fn(completion, ground_truth, **extra))
         except Exception as e:  # noqa: BLE001  any verifier failure is recorded and counted
             score = 0.0
             errors.append(f"{name}: {_describe(e)}")

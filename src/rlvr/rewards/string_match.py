@@ -9,7 +9,10 @@ whitespace collapsed. The answer is the inside of `<answer>` tags when present, 
 `<think>` part (see `format.strip_thinking`).
 
 Lengths are words, not tokens: a verifier sees text only, and words keep the target
-independent of the tokenizer. A target of 0 words is rejected at data load.
+independent of the tokenizer. A word is a whitespace-separated run holding a letter or digit
+(`format.has_letter_or_digit`), so "." or a zero-width space is no word, and an answer with no
+word (empty, blank, a `<think>` never closed) scores 0 under both length verifiers: "at most
+50 words" must not pay for saying nothing. A target of 0 words is rejected at data load.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import re
 import string
 from collections import Counter
 
-from rlvr.rewards.format import strip_thinking
+from rlvr.rewards.format import has_letter_or_digit, strip_thinking
 from rlvr.rewards.registry import register_verifier
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
@@ -94,18 +97,25 @@ def parse_target_words(ground_truth: str) -> int:
 
 
 def _num_words(completion: str) -> int:
-    return len(strip_thinking(completion).split())
+    """The words of the completion's answer: its whitespace-separated runs that hold a letter or
+    digit (a lone "-" or "\\u200b" between words is no word)."""
+    return sum(1 for run in strip_thinking(completion).split() if has_letter_or_digit(run))
 
 
 @register_verifier("max_length", ground_truth_check=parse_target_words)
 def verify_max_length(completion: str, ground_truth: str) -> float:
     """1 at exactly the target, falling linearly to 0 at twice (or zero times) the target."""
-    target = parse_target_words(ground_truth)
-    return max(0.0, 1.0 - abs(_num_words(completion) - target) / target)
+    target, words = parse_target_words(ground_truth), _num_words(completion)
+    if words == 0:  # the line below gives 0 too; said outright, as up_to_max_length must
+        return 0.0
+    return max(0.0, 1.0 - abs(words - target) / target)
 
 
 @register_verifier("up_to_max_length", ground_truth_check=parse_target_words)
 def verify_up_to_max_length(completion: str, ground_truth: str) -> float:
-    """1 at or under the target, then falling linearly to 0 at twice the target."""
-    target = parse_target_words(ground_truth)
-    return max(0.0, 1.0 - max(0, _num_words(completion) - target) / target)
+    """1 from one word up to the target, then falling linearly to 0 at twice the target; 0 for
+    an answer with no word, which is under any limit without answering anything."""
+    target, words = parse_target_words(ground_truth), _num_words(completion)
+    if words == 0:
+        return 0.0
+    return max(0.0, 1.0 - max(0, words - target) / target)

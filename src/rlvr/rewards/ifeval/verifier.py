@@ -13,7 +13,9 @@ kwargs with every argument name any constraint takes, set to null.
 
 Only the answer is judged (`strip_thinking`): a constraint met while thinking earns nothing, and
 an empty answer meets no constraint, however vacuously it would pass ("no commas"): the IFEval
-and IFBench harnesses and open-instruct's verifier all score an empty response 0.
+and IFBench harnesses and open-instruct's verifier all score an empty response 0. Empty means
+no letter or digit (`format.has_letter_or_digit`), not just whitespace: "\\u200b", a Hangul
+filler or a lone "." would otherwise meet every negative constraint of a row.
 Partial credit (the fraction met) rather than all-or-nothing gives a small model's group of
 samples different rewards more often, which is what GRPO learns from.
 """
@@ -24,7 +26,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from rlvr.rewards.format import strip_thinking
+from rlvr.rewards.format import has_letter_or_digit, strip_thinking
 from rlvr.rewards.ifeval.constraints import check_kwargs, get_checker
 from rlvr.rewards.registry import register_verifier
 
@@ -107,7 +109,7 @@ def _entries(data: Any) -> list[tuple[Any, Any]]:
 def constraints_met(completion: str, constraints: list[Constraint]) -> list[bool]:
     """Whether the completion's answer meets each constraint, in order."""
     answer = strip_thinking(completion)
-    if not answer.strip():
+    if not has_letter_or_digit(answer):  # says nothing, so meets no constraint (module docstring)
         return [False] * len(constraints)
     return [bool(get_checker(c.id)(answer, **c.kwargs)) for c in constraints]
 

@@ -218,7 +218,7 @@ def build_run(cfg: Config, start: StartPlan | None = None) -> Run:
     learner = build_learner(cfg, model_dir, policy, devices)
     eos_ids = tuple(sorted({tokenizer.eos_token_id} | _generation_eos_ids(policy)))
     engine = build_engine(cfg, model_dir, eos_ids, tokenizer.pad_token_id, devices)
-    scorer = RewardScorer.from_settings(scorer_settings(cfg))
+    scorer = RewardScorer.from_settings(scorer_settings(cfg, tokenizer))
     source = build_source(cfg, data, engine, scorer, tokenizer)
     if state is not None:  # before the sink opens the file: drop steps the state does not hold
         JsonlSink.truncate_after(output_dir / "metrics.jsonl", state.step)
@@ -406,5 +406,5 @@ def build_source(cfg: Config, data: DataBundle, engine: RolloutEngine, scorer: R
     """Prompts -> engine -> scored groups: here, or in the data-preparation actor."""
     if not cfg.distributed.data_prep_actor:
         return EpisodeSource(data.train, engine, scorer, source_settings(cfg), tokenizer)
-    return DataPrepActor(data.train, engine, source_settings(cfg), scorer_settings(cfg),
+    return DataPrepActor(data.train, engine, source_settings(cfg), scorer_settings(cfg, tokenizer),
                          timeout_s=cfg.distributed.collective_timeout_s)

@@ -60,7 +60,7 @@ def build_eval(cfg: Config) -> EvalParts:
     engine = create_engine(cfg.rollout.engine, model_dir, settings,
                            generation_eos_ids(model_dir, tokenizer), tokenizer.pad_token_id)
     return EvalParts(evaluator=Evaluator(data.eval_sets, eval_settings(cfg)), engine=engine,
-                     scorer=RewardScorer.from_settings(scorer_settings(cfg)))
+                     scorer=RewardScorer.from_settings(scorer_settings(cfg, tokenizer)))
 
 
 def generation_eos_ids(model_dir: str, tokenizer) -> tuple[int, ...]:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from rlvr.config import Config
 from rlvr.device import engine_dtype
-from rlvr.data.templates import merge_stop_strings
+from rlvr.data.templates import merge_stop_strings, template_text
 from rlvr.learner import LearnerSettings
 from rlvr.learner.lora import LoraSettings
 from rlvr.learner.memory_plan import GIB
@@ -22,6 +22,7 @@ from rlvr.producer.evaluation import EvalSettings
 from rlvr.producer.groups import RewardShaping
 from rlvr.producer.prompt_selection import ActiveSampling
 from rlvr.producer.source import SourceSettings
+from rlvr.rewards.format import mentions_answer_tags
 from rlvr.rewards.judge import JudgeSettings
 from rlvr.rewards.scorer import ScorerSettings
 from rlvr.rollout import EngineSettings
@@ -119,10 +120,18 @@ def workflow_settings(cfg: Config) -> WorkflowSettings:
                             args=dict(r.workflow_args))
 
 
-def scorer_settings(cfg: Config) -> ScorerSettings:
+def scorer_settings(cfg: Config, tokenizer: object) -> ScorerSettings:
+    """`rewards.*` as the scorer reads it. `answer_tags` null: the tags mark answers where the
+    run asks for them, its chat template (read with `tokenizer`) naming them or its R1 format
+    reward on."""
     rw = cfg.rewards
+    tags = rw.answer_tags
+    if tags is None:
+        tags = rw.apply_r1_style_format_reward or mentions_answer_tags(
+            template_text(cfg.data.chat_template, tokenizer))
     return ScorerSettings(num_workers=rw.num_workers, timeout_s=rw.timeout_s,
-                          aggregator=rw.reward_aggregator, judge=judge_settings(cfg))
+                          aggregator=rw.reward_aggregator, judge=judge_settings(cfg),
+                          answer_tags=tags)
 
 
 def judge_settings(cfg: Config) -> JudgeSettings | None:

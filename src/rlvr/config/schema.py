@@ -171,6 +171,11 @@ class RewardsConfig:
     # R1 format <think>..</think><answer>..</answer>: additive adds the bonus below when it holds;
     # otherwise the format gates the verifier score (no format, no reward).
     apply_r1_style_format_reward: bool = False
+    # Whether <think>/<answer> tags in a completion mark what is graded (the text after the last
+    # </think>, inside <answer>). null: where the run asks for them (its chat template names
+    # them, or the R1 format reward is on) and in requests whose prompt names them; elsewhere a
+    # tag is text, graded with the rest (else "rule-breaking text</think>ok" would pass).
+    answer_tags: Optional[bool] = None
     r1_style_format_reward: float = 1.0  # the bonus when additive_format_reward is true
     additive_format_reward: bool = False  # true: the format adds a bonus; false: it gates
     judge: Optional[JudgeConfig] = None  # the model behind `llm_judge`; null: none

@@ -189,6 +189,20 @@ def check_template_choice(spec: str, multi_turn: bool, field: str = "data.chat_t
     return []
 
 
+def template_text(spec: str, tokenizer: Any) -> str:
+    """The Jinja text of template `spec` ("" where there is none to read): what
+    `rlvr.settings.scorer_settings` looks for the think and answer tags in."""
+    if spec == TOKENIZER:
+        text = getattr(tokenizer, "chat_template", None) or ""
+        return text if isinstance(text, str) else " ".join(map(str, dict(text).values()))
+    if spec in CHAT_TEMPLATES:
+        return CHAT_TEMPLATES[spec].jinja
+    try:
+        return Path(spec).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
 def load_chat_template(spec: str, tokenizer: Any, field: str = "data.chat_template"
                        ) -> ChatTemplate:
     """The template `spec` names, bound to `tokenizer`. ConfigError naming `field` for an

@@ -32,7 +32,7 @@ import time
 from dataclasses import dataclass
 
 from rlvr.registry import Registry
-from rlvr.rewards.format import has_r1_format
+from rlvr.rewards.format import has_r1_format, mentions_answer_tags
 from rlvr.rewards.registry import BATCHED_VERIFIERS, get_verifier
 from rlvr.rewards.scorer import RewardScorer, ScoreRequest
 
@@ -74,6 +74,18 @@ class PaidExploit:
     score: float
 
 
+# The prompt of a case whose completion uses <think>/<answer> tags and that brings none of its
+# own: one asking for them, so the tags mark the answer whatever the run's template (in a run
+# that asks for no tags they are text, and "the answer only in the reasoning" is an answer).
+_ASKS_FOR_TAGS = ({"role": "user", "content": "Think inside <think> </think>, then answer."},)
+
+
+def _prompt_of(case) -> tuple[dict[str, str], ...]:
+    if case.prompt or not mentions_answer_tags(case.completion):
+        return case.prompt
+    return _ASKS_FOR_TAGS
+
+
 def run_canary(scorer: RewardScorer, verifiers: set[str] | list[str],
                format_reward: bool = False) -> list[str]:
     """Score every case of `verifiers` (and of the format reward, when the run applies it);
@@ -86,7 +98,7 @@ def run_canary(scorer: RewardScorer, verifiers: set[str] | list[str],
     untried = sorted(set(verifiers) - set(tried))
     cases = [case for verifier in tried for case in cases_for(verifier)]
     requests = [ScoreRequest(f"canary/{case.verifier}/{case.name}", case.completion,
-                             case.ground_truth, (case.verifier,), case.prompt,
+                             case.ground_truth, (case.verifier,), _prompt_of(case),
                              case.metadata_json) for case in cases]
     paid = []
     for case, outcome in zip(cases, scorer.score(requests)):

@@ -11,8 +11,36 @@ verifiers, the format reward).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 ANSWER_OPEN, ANSWER_CLOSE = "<answer>", "</answer>"
+_TAGS = (THINK_OPEN, THINK_CLOSE, ANSWER_OPEN, ANSWER_CLOSE)
+
+# Whether the completions being graded mark their thinking and answer with tags. Where nothing
+# asked the model for tags (its chat template, its prompt, the format reward), a `</think>` or
+# an `<answer>` in its text is text, and taking it as a mark would let the policy choose which
+# piece is graded: rule-breaking text, then "</think>ok". The scorer sets it per request
+# (`answer_tags`); a call outside it takes tags as marks, as before.
+_TAGS_MARK_ANSWERS: ContextVar[bool] = ContextVar("rlvr_tags_mark_answers", default=True)
+
+
+@contextmanager
+def answer_tags(mark_answers: bool) -> Iterator[None]:
+    """Within it, `strip_thinking` takes tags as marks (True) or grades the whole text
+    (False)."""
+    token = _TAGS_MARK_ANSWERS.set(mark_answers)
+    try:
+        yield
+    finally:
+        _TAGS_MARK_ANSWERS.reset(token)
+
+
+def mentions_answer_tags(text: str) -> bool:
+    """Whether `text` (a chat template, a prompt) names the think or answer tags."""
+    return any(tag in text for tag in _TAGS)
 
 # The Hangul fillers render as nothing, yet are letters to Unicode (category Lo, so
 # str.isalnum() is True): without this list "\u3164" alone would be a non-empty answer.
@@ -25,8 +53,11 @@ def strip_thinking(text: str) -> str:
 
     The text after the last `</think>` (a `<think>` never closed means the model never got to
     answer: ""), then, if that holds an `<answer>...</answer>`, the inside of the last one.
-    A completion with no tags at all is all answer.
+    A completion with no tags at all is all answer, as is every completion where tags mark
+    nothing (`answer_tags(False)`).
     """
+    if not _TAGS_MARK_ANSWERS.get():
+        return text.strip()
     close = text.rfind(THINK_CLOSE)
     if close >= 0:
         text = text[close + len(THINK_CLOSE):]

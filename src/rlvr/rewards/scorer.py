@@ -45,6 +45,7 @@ from multiprocessing.connection import Connection, Pipe, wait
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from rlvr.rewards.batched import BatchVerifier, checked_score, combine, route, run_batched
+from rlvr.rewards.format import answer_tags, mentions_answer_tags
 from rlvr.rewards.registry import VERIFIERS, get_verifier, verifier_inputs
 
 if TYPE_CHECKING:
@@ -81,6 +82,9 @@ class ScorerSettings:
     timeout_s: float = 5.0
     aggregator: str = "last"
     judge: JudgeSettings | None = None  # `rewards.judge`: the `llm_judge` verifier's model
+    # The run asks for <think>/<answer> tags (its chat template or format reward): they mark
+    # what is graded; else only where a request's prompt asks for them (`RewardScorer`).
+    answer_tags: bool = True
 
 
 @dataclass(frozen=True)
@@ -131,11 +135,19 @@ def verifier_context(request: ScoreRequest) -> dict[str, Any] | None:
 
 
 def run_verifiers(completion: str, ground_truth: str, verifiers: tuple[str, ...],
-                  context: dict[str, Any] | None = None) -> tuple[list[float], str | None]:
+                  context: dict[str, Any] | None = None, tags_mark_answers: bool = True
+                  ) -> tuple[list[float], str | None]:
     """Each named verifier's score, in order, and the errors' text (a failed verifier scores 0).
-    `context` holds the extra inputs some of them declare (`verifier_context`)."""
+    `context` holds the extra inputs some of them declare (`verifier_context`);
+    `tags_mark_answers`: whether <think>/<answer> tags mark the graded part (`answer_tags`)."""
     if not verifiers:
         return [], "no verifier named for this sample"
+    with answer_tags(tags_mark_answers):
+        return _run_each(completion, ground_truth, verifiers, context)
+
+
+def _run_each(completion: str, ground_truth: str, verifiers: tuple[str, ...],
+              context: dict[str, Any] | None) -> tuple[list[float], str | None]:
     scores, errors = [], []
     for name in verifiers:
         try:
@@ -173,10 +185,10 @@ def serve(config: dict[str, Any]) -> None:
     conn.send(("ready", os.getpid()))
     while True:
         try:
-            completion, ground_truth, verifiers, context = conn.recv()
+            completion, ground_truth, verifiers, context, tags_mark_answers = conn.recv()
         except EOFError:  # the parent closed the pipe or died
             return
-        conn.send(run_verifiers(completion, ground_truth, verifiers, context))
+        conn.send(run_verifiers(completion, ground_truth, verifiers, context, tags_mark_answers))
 
 
 def _prepare_worker(config: dict[str, Any]) -> None:
@@ -233,9 +245,9 @@ class _Worker:
         self.in_flight: deque[int] = deque()  # indices of requests sent; the first is running
         self.head_since = 0.0  # when the first in-flight request started, as far as we know
 
-    def send(self, index: int, request: ScoreRequest) -> None:
+    def send(self, index: int, request: ScoreRequest, tags_mark_answers: bool) -> None:
         self.conn.send((request.completion, request.ground_truth, request.verifiers,
-                        verifier_context(request)))
+                        verifier_context(request), tags_mark_answers))
         if not self.in_flight:
             self.head_since = time.monotonic()
         self.in_flight.append(index)
@@ -294,7 +306,7 @@ class RewardScorer:
     """
 
     def __init__(self, num_workers: int = 2, timeout_s: float = 5.0, aggregator: str = "last",
-                 batched: Mapping[str, BatchVerifier] | None = None):
+                 batched: Mapping[str, BatchVerifier] | None = None, answer_tags: bool = True):
         if aggregator not in AGGREGATORS:
             raise ValueError(f"unknown reward aggregator '{aggregator}'; known: "
                              f"{', '.join(AGGREGATORS)}")
@@ -304,6 +316,7 @@ class RewardScorer:
         self.num_workers = num_workers
         self.timeout_s = timeout_s
         self.aggregator = aggregator
+        self.answer_tags = answer_tags  # ScorerSettings.answer_tags
         self.num_errors = 0  # running totals since construction
         self.num_timeouts = 0
         self._reported = (0, 0)  # totals at the last metrics_since_last()
@@ -326,7 +339,14 @@ class RewardScorer:
             from rlvr.rewards.judge import JUDGE_VERIFIER, JudgeScorer
 
             batched[JUDGE_VERIFIER] = JudgeScorer.from_settings(settings.judge)
-        return cls(settings.num_workers, settings.timeout_s, settings.aggregator, batched)
+        return cls(settings.num_workers, settings.timeout_s, settings.aggregator, batched,
+                   settings.answer_tags)
+
+    def tags_mark_answers(self, request: ScoreRequest) -> bool:
+        """Whether <think>/<answer> tags mark the graded part of `request`'s completion: the
+        run asks for them, or its prompt does. Else they are text like any other."""
+        return self.answer_tags or any(mentions_answer_tags(m.get("content") or "")
+                                       for m in request.prompt_messages)
 
     def score(self, requests: list[ScoreRequest]) -> list[RewardOutcome]:
         """One outcome per request, in order. Raises only if a worker cannot start at all.
@@ -342,7 +362,7 @@ class RewardScorer:
         if self._closed:
             raise RuntimeError("score() on a closed RewardScorer")
         routing = route(requests)
-        judged = (self._batched_pool.submit(run_batched, requests, routing, self._batched)
+        judged = (self._batched_pool.submit(self._run_batched, requests, routing)
                   if routing.batched else None)
         try:
             parts = dict(zip(routing.worker_index, self._run_workers(routing.worker_requests)))
@@ -353,12 +373,19 @@ class RewardScorer:
                                            if i in results}))
                 for i, r in enumerate(requests)]
 
+    def _run_batched(self, requests: list[ScoreRequest], routing) -> dict:
+        # In the pool's thread (a context variable set here stays here); the run's setting for
+        # the whole batch, which a batched verifier scores at once.
+        with answer_tags(self.answer_tags):
+            return run_batched(requests, routing, self._batched)
+
     def _run_workers(self, requests: list[ScoreRequest]
                      ) -> list[tuple[list[float], str | None, bool]]:
         """(scores, error text, timed out) of each request, from the worker processes."""
         if self.num_workers == 0:  # in this process, unbounded: for debugging
             return [(*run_verifiers(r.completion, r.ground_truth, r.verifiers,
-                                    verifier_context(r)), False) for r in requests]
+                                    verifier_context(r), self.tags_mark_answers(r)), False)
+                    for r in requests]
         outcomes: list[tuple | None] = [None] * len(requests)
         pending = deque(range(len(requests)))
         try:
@@ -378,7 +405,7 @@ class RewardScorer:
             while pending and w.ready and len(w.in_flight) < PIPELINE_DEPTH:
                 index = pending.popleft()
                 try:
-                    w.send(index, requests[index])
+                    w.send(index, requests[index], self.tags_mark_answers(requests[index]))
                 except OSError:  # the worker died: not this request's fault
                     pending.appendleft(index)
                     if not w.in_flight:  # died idle; else _collect sees it die mid-request

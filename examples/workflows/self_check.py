@@ -14,19 +14,17 @@ What it shows: an episode is plain async Python over `ctx` (rlvr.workflows.base.
 
 from __future__ import annotations
 
-import asyncio
-
 from rlvr.types import Completion, Prompt
-from rlvr.workflows import EpisodeContext, Trajectory, TrajectoryBuilder
+from rlvr.workflows import EpisodeContext, Trajectory, TrajectoryBuilder, gather_samples
 
 CHECK = "Check your answer step by step. Then give your final answer as just the number."
 
 
 async def self_check(ctx: EpisodeContext, prompt: Prompt) -> list[Trajectory]:
     first_answers = await ctx.generate(prompt.token_ids)  # the group: params.n samples
-    # Each sample passes its index on, so that its later turn draws its own seed.
-    return list(await asyncio.gather(*(_check(ctx, prompt, a, k)
-                                       for k, a in enumerate(first_answers))))
+    # Each sample passes its index on, so that its later turn draws its own seed. If one
+    # raises, gather_samples cancels the others (asyncio.gather would leave them running).
+    return await gather_samples(_check(ctx, prompt, a, k) for k, a in enumerate(first_answers))
 
 
 async def _check(ctx: EpisodeContext, prompt: Prompt, answer: Completion,

@@ -174,11 +174,15 @@ def check_custom_verifiers(cfg: Config, loaded: LoadedData) -> None:
 
 def check_template_turns(cfg: Config, tokenizer: object) -> None:
     """A multi-turn workflow needs a chat template that writes turns: ConfigError if the one
-    `data.chat_template` picks cannot (tried on a short conversation; no model needed)."""
+    `data.chat_template` picks cannot (tried on a short conversation; no model needed). For
+    `tool_use` that includes a `tool` message: a template that allows only user and assistant
+    turns (Gemma's raises "Conversation roles must alternate") would fail at every tool call."""
     if cfg.rollout.workflow == "single_turn":
         return
+    roles = ("user", "tool") if cfg.rollout.workflow == "tool_use" else ("user",)
     try:
-        check_turns(tokenizer, load_chat_template(cfg.data.chat_template, tokenizer).render)
+        check_turns(tokenizer, load_chat_template(cfg.data.chat_template, tokenizer).render,
+                    roles)
     except ValueError as e:
         raise ConfigError(f"data.chat_template={cfg.data.chat_template!r} with rollout.workflow="
                           f"{cfg.rollout.workflow!r}: {e}") from e

@@ -204,5 +204,5 @@ def test_the_workflow_example_on_its_page_is_the_shipped_one():
     # file is what `rollout.workflow=examples.workflows.self_check:self_check` runs.
     (block,) = [b for b in fenced_blocks(ROOT / "docs" / "workflows.md") if b.lang == "python"]
     shipped = (ROOT / "examples" / "workflows" / "self_check.py").read_text(encoding="utf-8")
-    code = shipped[shipped.index("import asyncio"):]
+    code = shipped[shipped.index("from rlvr.types import"):]
     assert block.text.strip() == code.strip()

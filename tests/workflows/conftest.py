@@ -35,6 +35,31 @@ class TurnScriptedEngine:
         pass
 
 
+class ConversationEngine(TurnScriptedEngine):
+    """Answers `reply(conversation, turn, k)`: the decoded prompt (so that a test tells its
+    prompts and samples apart by what they said), the turn, and the sample's index within
+    the request (always 0 after the first turn, which samples one at a time)."""
+
+    def __init__(self, tokenizer, reply):
+        super().__init__(tokenizer, [""])
+        self.reply = reply
+
+    def generate(self, prompts, params):
+        out = []
+        for ids in prompts:
+            self.requests.append((list(ids), params))
+            conversation = self.tok.decode(ids)
+            turn = conversation.count("<|im_start|>assistant") - 1
+            out.append([self._completion(self.reply(conversation, turn, k))
+                        for k in range(params.n)])
+        return out
+
+    def _completion(self, text):
+        ids_T = self.tok.encode(text, add_special_tokens=False) + [self.end]
+        return Completion(ids_T, [-0.25] * len(ids_T), "stop", text,
+                          model_version=self.version)
+
+
 @pytest.fixture
 def chat_prompt(tiny_tokenizer):
     def make(question="What is 6 times 7?", truth="42", verifiers=("last_number",), i=0):

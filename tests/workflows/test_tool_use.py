@@ -1,18 +1,27 @@
 """`tool_use`: a Python tool run in the sandbox; errors, hangs, forks and bad calls are fed back
 to the model and counted, never raised."""
 
+import asyncio
+import time
+
 import pytest
 
 from rlvr.producer.groups import RewardShaping
 from rlvr.rewards.scorer import RewardScorer
 from rlvr.types import SamplingParams
 from rlvr.workflows import EpisodeRunner, WorkflowSettings
+from rlvr.workflows import tool_use as tool_use_module
 from rlvr.workflows.tool_use import tool_use
-from rlvr.workflows.tools import TOOL_STOP_STRINGS, find_tool_call
+from rlvr.workflows.tools import TOOL_STOP_STRINGS, ToolResult, find_tool_call
 
-from tests.workflows.conftest import TurnScriptedEngine
+from tests.workflows.conftest import ConversationEngine, TurnScriptedEngine
 
 FENCED = "Let me compute.\n```python\nprint(6 * 7)\n```"
+CALL = '<tool_call>{"name": "python", "arguments": {"code": "print(1)"}}</tool_call>'
+# JSON that json.loads gives up on with other errors than JSONDecodeError.
+NESTED = "<tool_call>" + "[" * 1000 + "</tool_call>"  # RecursionError
+HUGE_INT = ('<tool_call>{"name": "python", "arguments": {"code": "print(1)"}, "id": '
+            + "9" * 4301 + "}</tool_call>")  # ValueError: past Python's 4300-digit limit
 
 
 def _run(tokenizer, prompt, script, **settings):
@@ -44,19 +53,50 @@ def test_tool_calls_are_found_in_both_forms(text, code):
 
 
 @pytest.mark.parametrize("text", ["The answer is 42.", "```python\nprint(1)\n```\nSo 42.",
-                                  "```python\nprint(1)"])
+                                  "```python\nprint(1)",
+                                  "```python\nprint(1)\n```\n```text\nhi\n```"])
 def test_a_turn_that_does_not_end_with_a_call_is_an_answer(text):
     assert find_tool_call(text) is None
+
+
+@pytest.mark.parametrize("text, code", [
+    (f"{CALL} No, rather {CALL.replace('print(1)', 'print(2)')}", "print(2)"),
+    ("```python\nprint(1)\n```\nNo, rather:\n```python\nprint(2)\n```", "print(2)\n"),
+    ("```text\nnot code\n```\n```py\nprint(3)\n```\n", "print(3)\n"),
+])
+def test_the_call_is_the_last_one_the_turn_ends_with(text, code):
+    assert find_tool_call(text).code == code
+
+
+@pytest.mark.parametrize("text, code", [
+    ("<tool_call>" * 16000, None),  # 176,000 characters, no call closed
+    ("```python\n" * 17600, None),
+    ("```python\n" * 16000 + "x", None),
+    ("<tool_call>" * 16000 + CALL, "print(1)"),
+    ("x\n" * 88000 + FENCED, "print(6 * 7)\n"),
+])
+def test_finding_a_call_takes_time_linear_in_the_turn(text, code):
+    """It runs on the event loop all episodes share: a backtracking search (3 s for 88,000
+    characters, 12 s for 176,000) stalled every episode past its timeout."""
+    start = time.perf_counter()
+    call = find_tool_call(text)
+    assert time.perf_counter() - start < 0.5
+    assert (call and call.code) == code
 
 
 @pytest.mark.parametrize("text, problem", [
     ("<tool_call>{not json</tool_call>", "not valid JSON"),
     ('<tool_call>{"name": "shell", "arguments": {}}</tool_call>', "unknown tool 'shell'"),
     ('<tool_call>{"name": "python", "arguments": {}}</tool_call>', "needs"),
+    (NESTED, "not valid JSON (nested too deeply)"),
+    (HUGE_INT, "not valid JSON (Exceeds the limit (4300 digits)"),
+    ('<tool_call>{"name": "python", "arguments": "' + "[" * 1000 + '"}</tool_call>',
+     "arguments are not valid JSON (nested too deeply)"),
+    ('<tool_call>{"name": "' + "A" * 5000 + '"}</tool_call>', "unknown tool 'AAAA"),
 ])
 def test_a_malformed_call_says_why(text, problem):
     call = find_tool_call(text)
-    assert call.code is None and problem in call.problem
+    assert call.code is None and problem in call.problem and len(call.problem) < 200
 
 
 def test_the_tools_output_comes_back_as_a_tool_turn(tiny_tokenizer, chat_prompt):
@@ -90,6 +130,65 @@ def test_a_malformed_call_is_fed_back_and_counted(tiny_tokenizer, chat_prompt):
                                      ["<tool_call>{oops</tool_call>", "42"])
     assert "not valid JSON" in _tool_text(tiny_tokenizer, engine, episodes.groups[0][0])
     assert metrics["tools/malformed"] == 1 and metrics["tools/calls"] == 1
+
+
+@pytest.mark.parametrize("bad", [NESTED, HUGE_INT])
+def test_a_call_the_json_parser_gives_up_on_is_fed_back_not_raised(tiny_tokenizer, chat_prompt,
+                                                                   bad):
+    """Raised, it failed the episode and lost the group; from every prompt, the run."""
+    engine, episodes, metrics = _run(tiny_tokenizer, chat_prompt(), [bad, "42"],
+                                     max_episode_tokens=100_000)
+    assert "not valid JSON" in _tool_text(tiny_tokenizer, engine, episodes.groups[0][0])
+    assert metrics["workflow/errors"] == 0 and metrics["tools/malformed"] == 1
+    assert episodes.groups[0][0].reward == 1.0
+
+
+@pytest.mark.parametrize("turn, shown", [
+    ('<tool_call>{"name": "' + "A" * 20000 + '", "arguments": {}}</tool_call>',
+     "unknown tool 'AAAA"),
+    ("```python\nprint('x' * 5000)\n```", "[output cut at 200 characters]"),
+])
+def test_every_tool_message_is_cut_to_tool_output_chars(tiny_tokenizer, chat_prompt, turn,
+                                                        shown):
+    engine, episodes, _ = _run(tiny_tokenizer, chat_prompt(), [turn, "42"],
+                               tool_output_chars=200, max_episode_tokens=100_000)
+    given = _tool_text(tiny_tokenizer, engine, episodes.groups[0][0])
+    assert shown in given and len(given) < 300
+
+
+def test_a_sample_that_raises_stops_its_siblings_and_loses_only_its_group(
+        tiny_tokenizer, chat_prompt, monkeypatch):
+    """The runner's rule: the group is left out and counted, not scored 0 (a raise is not the
+    model's doing). Its other samples stop with it, instead of running on into the next step,
+    where their engine calls would be decoded in that step's batches."""
+    async def tool(code, timeout_s, *_):
+        if "boom" in code:
+            raise RuntimeError("the sandbox cannot start")
+        await asyncio.sleep(0.3)
+        return ToolResult("42\n", False, False)
+
+    def reply(conversation, turn, k):
+        if "Q-tools" not in conversation:
+            return "The answer is 42."
+        return "```python\nboom()\n```" if turn == 0 and k == 0 else FENCED
+
+    monkeypatch.setattr(tool_use_module, "run_python_tool", tool)
+    engine = ConversationEngine(tiny_tokenizer, reply)
+    params = SamplingParams(n=2, max_tokens=200)
+    with RewardScorer(num_workers=0) as scorer:
+        runner = EpisodeRunner(tool_use, engine, scorer, tiny_tokenizer,
+                               WorkflowSettings(max_turns=4), max_batch_wait_s=0.05)
+        episodes, metrics = runner.run([chat_prompt("Q-tools: 6 * 7?", i=0),
+                                        chat_prompt("Q-plain: 6 * 7?", i=1)],
+                                       params, RewardShaping())
+        assert [g[0].prompt.id for g in episodes.groups] == ["q/1"]
+        assert metrics["workflow/errors"] == 1
+        time.sleep(0.6)  # a sibling left running has finished its tool call by now
+        step_two = len(engine.requests)
+        runner.run([chat_prompt("Q-next: 6 * 7?", i=2)], params, RewardShaping())
+        runner.close()
+    asked = [tiny_tokenizer.decode(ids) for ids, _ in engine.requests[step_two:]]
+    assert asked and all("Q-next" in text for text in asked)
 
 
 def test_tool_calls_stop_at_max_tool_calls(tiny_tokenizer, chat_prompt):

@@ -8,9 +8,10 @@
 
 from rlvr.workflows import multi_turn, single_turn, tool_use  # noqa: F401  (registration)
 from rlvr.workflows.base import (WORKFLOWS, EpisodeContext, Trajectory, TrajectoryBuilder,
-                                 WorkflowSettings, get_workflow, is_known_workflow,
-                                 register_workflow)
+                                 WorkflowSettings, gather_samples, get_workflow,
+                                 is_known_workflow, register_workflow)
 from rlvr.workflows.runner import EpisodeRunner
 
 __all__ = ["WORKFLOWS", "EpisodeContext", "EpisodeRunner", "Trajectory", "TrajectoryBuilder",
-           "WorkflowSettings", "get_workflow", "is_known_workflow", "register_workflow"]
+           "WorkflowSettings", "gather_samples", "get_workflow", "is_known_workflow",
+           "register_workflow"]

@@ -18,7 +18,7 @@ import importlib
 import os
 import sys
 from dataclasses import dataclass, field, replace
-from typing import Any, Awaitable, Callable, Protocol, Sequence
+from typing import Any, Awaitable, Callable, Iterable, Protocol, Sequence, TypeVar
 
 from rlvr.producer.groups import RewardShaping, shape_rewards
 from rlvr.registry import Registry
@@ -113,6 +113,26 @@ class EpisodeContext:
 
 
 Workflow = Callable[[EpisodeContext, Prompt], Awaitable[list[Trajectory]]]
+T = TypeVar("T")
+
+
+async def gather_samples(conversations: Iterable[Awaitable[T]]) -> list[T]:
+    """The results of a group's per-sample conversations, run concurrently, in order.
+
+    If one raises, the others are cancelled (and awaited) before the error goes on, failing the
+    episode: the runner counts it and leaves the group out. `asyncio.gather` alone would leave
+    them running after their episode ended; their engine calls would then be decoded in a
+    later step, inside its batches. A sample is not given a score of 0 instead: an exception
+    is the workflow's (or the template's, or the host's) failure, not the model's doing, and a
+    made-up reward would be trained on and would shift its siblings' advantages."""
+    tasks = [asyncio.ensure_future(c) for c in conversations]  # in order: requests batch so
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:  # also when the episode itself is cancelled (its timeout)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
 
 
 class WorkflowFactory(Protocol):

@@ -9,22 +9,22 @@ template's turn markers carry loss mask 0. Verifiers that declare `trajectory` s
 conversation so far: every answer and the feedback between them.
 
 An answer cut off by the length limit ends the episode (a retry cannot follow a turn that never
-ended), as does running out of `rollout.max_episode_tokens`.
+ended), as does running out of `rollout.max_episode_tokens`. An exception in one sample's
+conversation cancels its siblings and loses the group (`gather_samples`).
 """
 
 from __future__ import annotations
 
-import asyncio
-
 from rlvr.types import Completion, Prompt
-from rlvr.workflows.base import EpisodeContext, Trajectory, TrajectoryBuilder, register_workflow
+from rlvr.workflows.base import (EpisodeContext, Trajectory, TrajectoryBuilder,
+                                 gather_samples, register_workflow)
 
 
 @register_workflow("multi_turn")
 async def multi_turn(ctx: EpisodeContext, prompt: Prompt) -> list[Trajectory]:
     first_turns = await ctx.generate(prompt.token_ids)
-    return list(await asyncio.gather(*(_converse(ctx, prompt, c, k)
-                                       for k, c in enumerate(first_turns))))
+    return await gather_samples(_converse(ctx, prompt, c, k)
+                                for k, c in enumerate(first_turns))
 
 
 async def _converse(ctx: EpisodeContext, prompt: Prompt, answer: Completion,

@@ -11,7 +11,8 @@ Failure: an episode that raises, or outlives `episode_timeout_s`, loses its grou
 counted (`workflow/errors`, `workflow/timeouts`) and the first error of a step is logged with
 its traceback. If every episode of a step fails the step raises: a workflow that never works
 must stop the run, not train on nothing. A failing engine or scorer (`BatchCallFailed`) raises
-at once: that is the run's machinery, not an episode's doing.
+at once: that is the run's machinery, not an episode's doing. The built-in workflows run a
+group's samples with `gather_samples`, so one sample that raises stops its siblings with it.
 """
 
 from __future__ import annotations

@@ -9,16 +9,21 @@ Tool errors, timeouts and unreadable calls go back to the model as the tool's ou
 counted (`tools/calls`, `tools/errors`, `tools/timeouts`, `tools/malformed`, summed over the
 step; `tools/turns_mean`, `tools/used_mean` averaged over trajectories). Verifiers that declare
 `trajectory` see the whole conversation: every turn with the tool outputs between them.
+
+Nothing a model writes makes an episode raise; an exception in one sample's conversation (a
+broken sandbox host, a template that cannot write the turn) cancels its siblings and loses the
+group (`gather_samples`), counted by the runner as `workflow/errors`.
 """
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import replace
 
 from rlvr.types import Completion, Prompt
-from rlvr.workflows.base import EpisodeContext, Trajectory, TrajectoryBuilder, register_workflow
-from rlvr.workflows.tools import TOOL_STOP_STRINGS, find_tool_call, run_python_tool
+from rlvr.workflows.base import (EpisodeContext, Trajectory, TrajectoryBuilder,
+                                 gather_samples, register_workflow)
+from rlvr.workflows.tools import (TOOL_STOP_STRINGS, cut_output, find_tool_call,
+                                  run_python_tool)
 
 
 @register_workflow("tool_use")
@@ -26,8 +31,8 @@ async def tool_use(ctx: EpisodeContext, prompt: Prompt) -> list[Trajectory]:
     stops = tuple(dict.fromkeys(ctx.params.stop_strings + TOOL_STOP_STRINGS))
     ctx.params = replace(ctx.params, stop_strings=stops)
     first_turns = await ctx.generate(prompt.token_ids)
-    return list(await asyncio.gather(*(_converse(ctx, prompt, c, k)
-                                       for k, c in enumerate(first_turns))))
+    return await gather_samples(_converse(ctx, prompt, c, k)
+                                for k, c in enumerate(first_turns))
 
 
 async def _converse(ctx: EpisodeContext, prompt: Prompt, turn_out: Completion,
@@ -50,11 +55,12 @@ async def _converse(ctx: EpisodeContext, prompt: Prompt, turn_out: Completion,
             counts["tools/malformed"] += 1
             output = f"Error: {call.problem}"
         else:
-            result = await run_python_tool(call.code, s.tool_timeout_s, s.tool_output_chars)
+            result = await run_python_tool(call.code, s.tool_timeout_s)
             counts["tools/errors"] += result.failed and not result.timed_out
             counts["tools/timeouts"] += result.timed_out
             output = result.output
-        tool_message = {"role": "tool", "content": output}
+        # Every tool message is cut, an error about a call too: it may echo the model's text.
+        tool_message = {"role": "tool", "content": cut_output(output, s.tool_output_chars)}
         given = ctx.continuation_ids(messages, [tool_message], turn_out)
         room = budget - len(trajectory.token_ids) - len(given)
         if room < 1:

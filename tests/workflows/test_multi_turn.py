@@ -9,14 +9,14 @@ from rlvr.workflows.multi_turn import multi_turn
 from tests.workflows.conftest import TurnScriptedEngine
 
 
-def _run(tokenizer, prompt, script, truncate_turns=(), **settings):
+def _run(tokenizer, prompt, script, truncate_turns=(), shaping=RewardShaping(), **settings):
     engine = TurnScriptedEngine(tokenizer, script, truncate_turns)
     with RewardScorer(num_workers=0) as scorer:
         runner = EpisodeRunner(multi_turn, engine, scorer, tokenizer,
                                WorkflowSettings(**{"max_turns": 3, "turn_discount": 0.5,
                                                    **settings}))
         episodes, metrics = runner.run([prompt], SamplingParams(n=2, max_tokens=64, seed=5),
-                                       RewardShaping())
+                                       shaping)
         runner.close()
     return engine, episodes, metrics
 
@@ -63,3 +63,14 @@ def test_turns_stop_at_max_turns_at_truncation_and_at_the_token_budget(tiny_toke
     _, episodes, metrics = _run(tiny_tokenizer, chat_prompt(), ["1", "42"],
                                 max_episode_tokens=10)
     assert metrics["workflow/turns_mean"] == 1.0  # the feedback alone would not fit
+
+
+def test_a_penalty_is_not_discounted_by_the_retries_spent_before_it(tiny_tokenizer,
+                                                                    chat_prompt):
+    """Discounted with the score, the non-stop penalty shrank from -1 to -0.25 after two
+    wrong answers: spending retries before a cut-off answer paid."""
+    cut_off = RewardShaping(non_stop_penalty=True, non_stop_penalty_value=-1.0)
+    _, at_once, _ = _run(tiny_tokenizer, chat_prompt(), ["41 and on"], {0}, cut_off)
+    _, after_retries, _ = _run(tiny_tokenizer, chat_prompt(), ["41", "40", "39 and on"], {2},
+                               cut_off)
+    assert at_once.groups[0][0].reward == after_retries.groups[0][0].reward == -1.0

@@ -40,6 +40,9 @@ class ExactScorer:
         return [RewardOutcome(score=0.0, error="boom") if r.completion == "boom" else
                 RewardOutcome(score=float(r.completion == r.ground_truth)) for r in requests]
 
+    def tags_mark_answers(self, prompt_messages):
+        return True  # as a run that asks for <think>/<answer> tags
+
 
 def _prompt(token, truth, verifier):
     return Prompt(id=f"t/{token}", messages=(), token_ids=(token,), ground_truth=truth,
@@ -141,3 +144,19 @@ def test_no_sets_no_figures():
 def test_settings_refuse_k_above_n():
     with pytest.raises(ValueError, match="k=\\[8\\]"):
         _settings(n=4, ks=(1, 8))
+
+
+def test_maj_at_n_reads_tags_as_the_scorer_read_them():
+    """Where no tags were asked for, the scorer grades the whole text: the vote's answer key
+    must come from the same text, not from after a stray `</think>`."""
+    from rlvr.producer.evaluation import answer_keys
+    from rlvr.producer.groups import Episodes
+    from rlvr.rewards.registry import answer_extractor
+    from rlvr.types import Sample
+
+    prompt = _prompt(5, "42", "last_number")
+    sample = Sample(prompt, Completion([1], [0.0], "stop", "It is 42.</think>"), 1.0)
+    episodes = Episodes(groups=[[sample]], outcomes=[[RewardOutcome(score=1.0)]])
+    extract = answer_extractor("last_number")
+    assert answer_keys(episodes, [extract], lambda messages: False) == [["42"]]
+    assert answer_keys(episodes, [extract], lambda messages: True) == [[None]]

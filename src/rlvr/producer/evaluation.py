@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, replace
-from typing import Callable
+from typing import Callable, Sequence
 
 from rlvr.algorithm.pass_at_k import majority_vote, pass_at_k
 from rlvr.data import EvalSet
 from rlvr.producer.groups import Episodes, generate_and_score
+from rlvr.rewards.format import answer_tags
 from rlvr.rewards.registry import answer_extractor
 from rlvr.rewards.scorer import RewardScorer
 from rlvr.rollout.base import RolloutEngine
@@ -111,7 +112,8 @@ class Evaluator:
             if params.seed is not None:
                 params = replace(params, seed=derive_seed(params.seed, eval_set=index))
             episodes = generate_and_score(engine, scorer, eval_set.prompts, params)
-            answers = None if extractors is None else answer_keys(episodes, extractors)
+            answers = (None if extractors is None
+                       else answer_keys(episodes, extractors, scorer.tags_mark_answers))
             metrics = set_metrics(eval_set.name, episodes, answers, self.settings.pass_at_k)
             results.append(SetResult(eval_set.name, episodes, answers, metrics))
         metrics = pooled_metrics(results)
@@ -128,15 +130,19 @@ def prompt_answer_key(prompt: Prompt) -> AnswerKey | None:
     return answer_extractor(prompt.verifiers[0])
 
 
-def answer_keys(episodes: Episodes, extractors: list[AnswerKey]) -> list[list[str | None]]:
-    """Each sample's answer key; an extractor that raises counts as no answer (and is logged:
-    extractors are meant never to raise)."""
+def answer_keys(episodes: Episodes, extractors: list[AnswerKey],
+                tags_mark_answers: Callable[[Sequence[dict]], bool] = lambda messages: True
+                ) -> list[list[str | None]]:
+    """Each sample's answer key, its <think>/<answer> tags read as the scorer read them
+    (`RewardScorer.tags_mark_answers` of the prompt); an extractor that raises counts as no
+    answer (and is logged: extractors are meant never to raise)."""
     out = []
     for group, extract in zip(episodes.groups, extractors):
         keys = []
         for sample in group:
             try:
-                keys.append(extract(sample.completion.text))
+                with answer_tags(tags_mark_answers(sample.prompt.messages)):
+                    keys.append(extract(sample.completion.text))
             except Exception as e:  # noqa: BLE001  a broken extractor must not stop training
                 log.warning("answer extractor failed on eval prompt %s: %s", sample.prompt.id, e)
                 keys.append(None)

@@ -342,11 +342,12 @@ class RewardScorer:
         return cls(settings.num_workers, settings.timeout_s, settings.aggregator, batched,
                    settings.answer_tags)
 
-    def tags_mark_answers(self, request: ScoreRequest) -> bool:
-        """Whether <think>/<answer> tags mark the graded part of `request`'s completion: the
-        run asks for them, or its prompt does. Else they are text like any other."""
+    def tags_mark_answers(self, prompt_messages: Sequence[Mapping[str, Any]]) -> bool:
+        """Whether <think>/<answer> tags mark the graded part of a completion of the prompt
+        `prompt_messages`: the run asks for them, or the prompt does. Else they are text like
+        any other."""
         return self.answer_tags or any(mentions_answer_tags(m.get("content") or "")
-                                       for m in request.prompt_messages)
+                                       for m in prompt_messages)
 
     def score(self, requests: list[ScoreRequest]) -> list[RewardOutcome]:
         """One outcome per request, in order. Raises only if a worker cannot start at all.
@@ -384,7 +385,7 @@ class RewardScorer:
         """(scores, error text, timed out) of each request, from the worker processes."""
         if self.num_workers == 0:  # in this process, unbounded: for debugging
             return [(*run_verifiers(r.completion, r.ground_truth, r.verifiers,
-                                    verifier_context(r), self.tags_mark_answers(r)), False)
+                                    verifier_context(r), self.tags_mark_answers(r.prompt_messages)), False)
                     for r in requests]
         outcomes: list[tuple | None] = [None] * len(requests)
         pending = deque(range(len(requests)))
@@ -405,7 +406,8 @@ class RewardScorer:
             while pending and w.ready and len(w.in_flight) < PIPELINE_DEPTH:
                 index = pending.popleft()
                 try:
-                    w.send(index, requests[index], self.tags_mark_answers(requests[index]))
+                    w.send(index, requests[index],
+                           self.tags_mark_answers(requests[index].prompt_messages))
                 except OSError:  # the worker died: not this request's fault
                     pending.appendleft(index)
                     if not w.in_flight:  # died idle; else _collect sees it die mid-request

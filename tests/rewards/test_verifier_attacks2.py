@@ -21,7 +21,7 @@ from rlvr.rewards import RewardScorer, ScoreRequest, get_verifier
 from rlvr.rewards.batched import BatchScore, combine
 from rlvr.rewards.format import has_r1_format
 from rlvr.rewards.registry import BATCHED_VERIFIERS
-from rlvr.rewards.scorer import run_verifiers
+from rlvr.rewards.verifier_worker import run_verifiers
 
 THIS = "tests.rewards.test_verifier_attacks2"
 

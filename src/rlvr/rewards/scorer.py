@@ -20,18 +20,17 @@ Why `subprocess` and not `multiprocessing` start methods: spawn and forkserver c
 the parent's `__main__` (for `rlvr train`, the CLI with torch: ~4 s and hundreds of MB per
 worker), and fork copies a parent whose torch threads are running. A worker here is a fresh
 interpreter that imports only `rlvr.rewards` and the modules that registered verifiers in the
-parent, and talks to the parent over a socket pair with `multiprocessing.connection`.
+parent, and talks to the parent over a socket pair with `multiprocessing.connection`; its side
+is `rlvr.rewards.verifier_worker`.
 Why `RewardOutcome` is imported inside a function: `rlvr.types` imports torch, and workers import
-this module.
+this module (the `rlvr.rewards` package does).
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 import os
-import resource
 import signal
 import subprocess
 import sys
@@ -41,12 +40,13 @@ import weakref
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from multiprocessing.connection import Connection, Pipe, wait
+from multiprocessing.connection import Pipe, wait
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from rlvr.rewards.batched import BatchVerifier, checked_score, combine, route, run_batched
+from rlvr.rewards.batched import BatchVerifier, combine, route, run_batched
 from rlvr.rewards.format import answer_tags, mentions_answer_tags
-from rlvr.rewards.registry import VERIFIERS, get_verifier, verifier_inputs
+from rlvr.rewards.registry import VERIFIERS, verifier_inputs
+from rlvr.rewards.verifier_worker import run_verifiers
 
 if TYPE_CHECKING:
     from rlvr.rewards.judge import JudgeSettings
@@ -66,11 +66,10 @@ WORKER_START_TIMEOUT_S = 60.0  # start-up (imports, warm-up) is not charged to a
 # is not paced by process wake-ups. A timeout still costs only the running request: the ones
 # queued behind it are sent again elsewhere, uncharged.
 PIPELINE_DEPTH = 4
-_ERROR_CHARS = 300  # an exception message may quote a 100 KB completion
 # A worker's whole program: the parent's import path first, so it finds what the parent finds.
 _BOOTSTRAP = ("import json, sys; config = json.loads(sys.argv[1]); "
               "sys.path[:] = config['sys_path']; "
-              "from rlvr.rewards.scorer import serve; serve(config)")
+              "from rlvr.rewards.verifier_worker import serve; serve(config)")
 
 
 @dataclass(frozen=True)
@@ -132,96 +131,6 @@ def verifier_context(request: ScoreRequest) -> dict[str, Any] | None:
                                else [{"role": "assistant", "content": request.completion}]),
     }
     return {key: values[key]() for key in wanted}
-
-
-def run_verifiers(completion: str, ground_truth: str, verifiers: tuple[str, ...],
-                  context: dict[str, Any] | None = None, tags_mark_answers: bool = True
-                  ) -> tuple[list[float], str | None]:
-    """Each named verifier's score, in order, and the errors' text (a failed verifier scores 0).
-    `context` holds the extra inputs some of them declare (`verifier_context`);
-    `tags_mark_answers`: whether <think>/<answer> tags mark the graded part (`answer_tags`)."""
-    if not verifiers:
-        return [], "no verifier named for this sample"
-    with answer_tags(tags_mark_answers):
-        return _run_each(completion, ground_truth, verifiers, context)
-
-
-def _run_each(completion: str, ground_truth: str, verifiers: tuple[str, ...],
-              context: dict[str, Any] | None) -> tuple[list[float], str | None]:
-    scores, errors = [], []
-    for name in verifiers:
-        try:
-            fn = get_verifier(name)
-            extra = {key: context[key] for key in verifier_inputs(name)} if context else {}
-            score = checked_score(fn(completion, ground_truth, **extra))
-        except Exception as e:  # noqa: BLE001  any verifier failure is recorded and counted
-            score = 0.0
-            errors.append(f"{name}: {_describe(e)}")
-        scores.append(score)
-    return scores, "; ".join(errors) or None
-
-
-def _describe(e: BaseException) -> str:
-    try:
-        text = str(e)
-    except Exception:  # noqa: BLE001  some sympy objects fail to print
-        text = "<unprintable>"
-    return f"{type(e).__name__}: {text}"[:_ERROR_CHARS]
-
-
-# ---------------------------------------------------------------- inside a worker process
-
-
-def serve(config: dict[str, Any]) -> None:
-    """A worker's main loop (run by `_BOOTSTRAP`): answer requests until the pipe closes."""
-    conn = Connection(config["fd"])
-    try:
-        _prepare_worker(config)
-    except Exception:  # noqa: BLE001  reported to the parent, which raises it
-        import traceback
-
-        conn.send(("failed", traceback.format_exc()))
-        return
-    conn.send(("ready", os.getpid()))
-    while True:
-        try:
-            completion, ground_truth, verifiers, context, tags_mark_answers = conn.recv()
-        except EOFError:  # the parent closed the pipe or died
-            return
-        conn.send(run_verifiers(completion, ground_truth, verifiers, context, tags_mark_answers))
-
-
-def _prepare_worker(config: dict[str, Any]) -> None:
-    _exit_with_parent(config["parent_pid"])
-    _limit_address_space(config["address_space_bytes"])
-    os.set_inheritable(config["fd"], False)  # a process a verifier starts must not hold our pipe
-    # The built-ins registered when the bootstrap imported this module (rlvr.rewards runs first).
-    for module in config["modules"]:
-        importlib.import_module(module)
-    for fn in [verifier.score for verifier in VERIFIERS.values()]:
-        # Warm-up: math-verify's lazy import (~1 s) is paid now, not inside a request's limit.
-        if fn.__module__.startswith("rlvr.rewards."):
-            try:
-                fn("0", "0")
-            except Exception:  # noqa: BLE001  a broken verifier fails loudly on its first request
-                pass
-
-
-def _exit_with_parent(parent_pid: int) -> None:
-    """Exit within 0.5 s of the parent's death, even mid-request (else a hung worker lives on)."""
-    def watch() -> None:
-        while os.getppid() == parent_pid:
-            time.sleep(0.5)
-        os._exit(1)
-
-    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
-
-
-def _limit_address_space(limit: int) -> None:
-    _, hard = resource.getrlimit(resource.RLIMIT_AS)
-    if hard != resource.RLIM_INFINITY:
-        limit = min(limit, hard)
-    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
 
 
 # ---------------------------------------------------------------- in the parent process

@@ -5,6 +5,8 @@ the verdict, the tests or the host.
   limit, restarts the sandbox after a test that hung or killed the answer's process.
 - `harness`: what runs inside. A test runner and the answer's process, two processes: the
   tests run in the runner, calling the answer's functions by request and comparing plain data.
+- `names`: which names the tests take from the answer, and what each is bound to (a module is
+  imported in the runner, never the answer's).
 - `confine`: how the sandbox isolates itself (namespaces, a read-only private root with a quota'd
   scratch, no capabilities, seccomp, rlimits), or, in the weak mode, guards itself.
 - `wire`: the plain-data format between the two processes.

@@ -28,6 +28,7 @@ import os
 import sys
 
 from rlvr.rewards.sandbox import confine
+from rlvr.rewards.sandbox.names import MISSING, answer_imports, global_names, is_stub, real_import
 from rlvr.rewards.sandbox.wire import WireError, dumps, make_loads, read_frame, write_frame
 
 _ERROR_CHARS = 1000
@@ -388,13 +389,13 @@ class TestRunner:
         except (SyntaxError, ValueError) as e:
             _complain(f"{name}: {type(e).__name__}: {e}")
             return False
-        for wanted in sorted(_global_names(code) & self.answer_names):
+        for wanted in sorted(global_names(code) & self.answer_names):
             # What the setup, an earlier test or an earlier binding put here stays (a setup's
             # stub is the one thing the answer's version replaces): a test's `expected = ...`
             # or the setup's helper is never swapped for the answer's object.
-            held = self.namespace.get(wanted, _MISSING)
+            held = self.namespace.get(wanted, MISSING)
             if wanted in builtins.__dict__ or wanted == self.entry_point or \
-                    (held is not _MISSING and not _is_stub(held) and
+                    (held is not MISSING and not is_stub(held) and
                      wanted not in self.from_answer):
                 continue
             if not self._bind(wanted):
@@ -406,15 +407,15 @@ class TestRunner:
             _complain(f"{name}: {type(e).__name__}: {_describe(e)}")
             passed = False
         for bound, value in list(self.from_answer.items()):  # the test assigned it: its own now
-            if self.namespace.get(bound, _MISSING) is not value:
+            if self.namespace.get(bound, MISSING) is not value:
                 del self.from_answer[bound]
         return passed and not self.channel.dead
 
     def _bind(self, name: str) -> bool:
         """Bind `name` for the tests: a module (or a name imported from one) imported here,
         else a proxy of the answer's object. False when neither can be had."""
-        if name != self.entry_point and (real := _real_import(name, self.imports)) is not None:
-            if real is _MISSING:
+        if name != self.entry_point and (real := real_import(name, self.imports)) is not None:
+            if real is MISSING:
                 _complain(f"the tests use {name!r}, which cannot be imported here")
                 return False
             self.namespace[name] = real
@@ -426,93 +427,3 @@ class TestRunner:
             return False
         except Exception:  # noqa: BLE001  NameError: the answer has no such name
             return False
-
-
-_MISSING = object()
-
-
-def answer_imports(source: str) -> dict[str, tuple[str, str | None]]:
-    """The names the answer's source binds by import, anywhere in it: name -> (module, None)
-    for `import m` / `import m as name`, (module, attribute) for `from m import attribute as
-    name`, and (module, "*") keyed by "*m" for `from m import *`. Read here, from the text (the
-    answer's process is out of this process's trust): the tests get what these imports mean,
-    imported here, not the answer's objects (`_real_import`). {} for a source that does not
-    parse (the load then fails anyway)."""
-    import ast  # the runner's only use of it
-
-    try:
-        tree = ast.parse(source)
-    except BaseException:  # noqa: BLE001  SyntaxError, or a tree too deep to parse
-        return {}
-    found: dict[str, tuple[str, str | None]] = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                if alias.asname:
-                    found[alias.asname] = (alias.name, None)
-                else:  # `import a.b` binds `a`
-                    top = alias.name.split(".")[0]
-                    found[top] = (top, None)
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            for alias in node.names:
-                if alias.name == "*":
-                    found["*" + node.module] = (node.module, "*")
-                else:
-                    found[alias.asname or alias.name] = (node.module, alias.name)
-    return found
-
-
-def _real_import(name: str, imports: dict[str, tuple[str, str | None]]):
-    """What `name` is when the tests read it and the answer defined it, if it is an import:
-    the object imported here; `_MISSING` when that import fails here; None when `name` is not
-    an import (the answer's own helper: a proxy).
-
-    A module is never taken from the answer, whose process can rewrite it (`math.isclose =
-    lambda *a, **k: True` would pass every `assert math.isclose(...)` of a test list that uses
-    `math` without importing it, as MBPP-style lists do). A name counts as a module when the
-    answer's source imports it, or when it is a top-level module importable here, however the
-    answer bound it (`globals()["math"] = ...`, or `def math()` with attributes set on it)."""
-    import importlib
-    import importlib.util
-
-    def imported(module: str, attribute: str | None):
-        try:
-            value = importlib.import_module(module)
-            return value if attribute is None else getattr(value, attribute)
-        except Exception:  # noqa: BLE001  ImportError, AttributeError, a module failing to load
-            return _MISSING
-
-    if name in imports:
-        return imported(*imports[name])
-    for module, _ in (v for k, v in imports.items() if k.startswith("*")):
-        if (value := imported(module, name)) is not _MISSING:
-            return value
-    try:
-        is_module = importlib.util.find_spec(name) is not None
-    except (ImportError, ValueError):
-        is_module = False
-    return imported(name, None) if is_module else None
-
-
-def _global_names(code) -> set[str]:
-    """Every name `code` and the functions in it may read (attribute names too: a superset)."""
-    names = set(code.co_names)
-    for const in code.co_consts:
-        if isinstance(const, type(code)):
-            names |= _global_names(const)
-    return names
-
-
-# The bytecode of a function that does nothing, with and without a docstring (which moves None
-# to the second constant). Compiled from source: this module itself runs without docstrings.
-_STUB_CODES = tuple(compile(source, "<stub>", "exec", optimize=0).co_consts[0].co_code
-                    for source in ("def f():\n    pass\n", "def f():\n    'doc'\n"))
-
-
-def _is_stub(value) -> bool:
-    """A function with no body but a docstring, `pass` or `...`: a stub the answer is to write
-    (HumanEval's prompt ends with one), so the answer's version of the name is taken."""
-    code = getattr(value, "__code__", None)
-    return isinstance(code, type(_is_stub.__code__)) and not code.co_names and \
-        code.co_code in _STUB_CODES and \
-        all(c is None or isinstance(c, str) for c in code.co_consts)

@@ -45,7 +45,7 @@ OUTPUT_BYTES = 4096  # stdout+stderr kept for debugging (and the tool's output)
 ALLOW_WEAK_ENV = "RLVR_ALLOW_WEAK_SANDBOX"  # "1": run with in-process guards where namespaces fail
 ISOLATIONS = ("namespaces", "weak")
 _SCRATCH_PREFIX = "rlvr-code-"  # weak mode's host scratch dirs, then the owner's pid
-_MODULES = ("wire", "confine", "harness")  # sent compiled, in this order
+_MODULES = ("wire", "confine", "names", "harness")  # sent compiled, in this order
 _BOOT = """\
 import marshal, os, sys
 def read(n):

@@ -31,6 +31,7 @@ from __future__ import annotations
 import ast
 import json
 import warnings
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from rlvr.rewards.format import strip_thinking
@@ -38,7 +39,8 @@ from rlvr.rewards.registry import register_verifier
 from rlvr.rewards.sandbox import (DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S, SandboxRun,  # noqa: F401
                                   SandboxUnavailable, run_tests)
 
-_PYTHON_LABELS = {"", "python", "python3", "py"}
+FENCE = "```"
+PYTHON_LABELS = {"", "python", "python3", "py"}  # an opening fence's label, lower-cased
 
 
 @dataclass(frozen=True)
@@ -94,24 +96,31 @@ def extract_code(completion: str) -> str | None:
     return code if code and code.strip() else None
 
 
-def _last_python_block(answer: str) -> tuple[str | None, bool]:
-    """The text of the last closed ```python (or unlabelled) block, parsing or not; and whether
-    the answer has any fence at all."""
-    code, block, fenced = None, None, False
-    for line in answer.splitlines():
+def closed_blocks(lines: Iterable[str]) -> Iterator[tuple[int, list[str] | None]]:
+    """Each closed fenced block of `lines`, as (the index of its closing line, its lines if it
+    is ```python or unlabelled, else None). Fences open and close as in Markdown: a line that
+    starts with ``` opens a block, a line that is just ``` closes it, and inside a block a fence
+    with a label is a line of it. Linear in the text (no regex to backtrack)."""
+    block: list[str] | bool | None = None  # open block's lines; False: not Python; None: none
+    for index, line in enumerate(lines):
         stripped = line.strip()
         if block is None:
-            if stripped.startswith("```"):
-                fenced = True
-                label = stripped[3:].strip().lower()
-                block = [] if label in _PYTHON_LABELS else False  # False: a block to skip
-        elif stripped == "```":
-            if block is not False:
-                code = "\n".join(block)
+            if stripped.startswith(FENCE):
+                block = [] if stripped[len(FENCE):].strip().lower() in PYTHON_LABELS else False
+        elif stripped == FENCE:
+            yield index, (None if block is False else block)
             block = None
         elif block is not False:
             block.append(line)
-    return code, fenced
+
+
+def _last_python_block(answer: str) -> tuple[str | None, bool]:
+    """The text of the last closed ```python (or unlabelled) block, parsing or not; and whether
+    the answer has any fence at all (the first fence seen always opens a block)."""
+    lines = answer.splitlines()
+    blocks = [block for _, block in closed_blocks(lines) if block is not None]
+    fenced = any(line.strip().startswith(FENCE) for line in lines)
+    return ("\n".join(blocks[-1]) if blocks else None), fenced
 
 
 def _parses_as_python(source: str) -> bool:

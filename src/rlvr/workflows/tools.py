@@ -27,14 +27,12 @@ import asyncio
 import json
 from dataclasses import dataclass
 
-from rlvr.rewards.code import run_tests
+from rlvr.rewards.code import FENCE, closed_blocks, run_tests
 
 TOOL_NAME = "python"
 # Stop sampling where a call is complete, so the tool runs before the model goes on.
 TOOL_STOP_STRINGS = ("</tool_call>", "\n```\n")
 _OPEN_TAG, _CLOSE_TAG = "<tool_call>", "</tool_call>"
-_FENCE = "```"
-_PYTHON_LABELS = {"", "python", "python3", "py"}  # an opening fence's label, lower-cased
 _NAME_CHARS = 40  # of a wrong tool name, echoed in the error (the model may write any length)
 
 
@@ -74,25 +72,17 @@ def _tagged_body(text: str) -> str | None:
 def _fenced_code(text: str) -> str | None:
     """The code of the ```python (or unlabelled) block whose closing fence ends `text` (only
     whitespace after it); None if `text` ends otherwise, with a fence that opens a block, or
-    with the end of a block in another language. Fences open and close as in Markdown and in
-    `rlvr.rewards.code._last_python_block`: a line that starts with ``` opens, a line that is
-    just ``` closes, and inside a block a fence with a label is a line of it."""
+    with the end of a block in another language. Fences as the code verifier reads them
+    (`rlvr.rewards.code.closed_blocks`)."""
     lines = text.rstrip().split("\n")  # not splitlines(): code may hold \x0c, \u2028, ...
-    if lines[-1].strip() != _FENCE:
+    if lines[-1].strip() != FENCE:
         return None
-    block: list[str] | bool | None = None  # open block's lines; False: not Python; None: none
-    for line in lines[:-1]:
-        stripped = line.strip()
-        if block is None:
-            if stripped.startswith(_FENCE):
-                block = [] if stripped[len(_FENCE):].strip().lower() in _PYTHON_LABELS else False
-        elif stripped == _FENCE:
-            block = None
-        elif block is not False:
-            block.append(line)
-    if block is None or block is False:  # the last fence opened a block, or closed another
-        return None
-    return "".join(line + "\n" for line in block)
+    last = None
+    for last in closed_blocks(lines):
+        pass
+    if last is None or last[0] != len(lines) - 1 or last[1] is None:
+        return None  # the last fence opened a block, or closed one in another language
+    return "".join(line + "\n" for line in last[1])
 
 
 def _parse_tagged(body: str) -> ToolCall:

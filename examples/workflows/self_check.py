@@ -39,6 +39,7 @@ async def _check(ctx: EpisodeContext, prompt: Prompt, answer: Completion,
                                        ctx.turn_params(1), sample=sample)
         trajectory.add_model(answer)
     (outcome,) = await ctx.score(prompt, [answer.text])  # the final answer is what counts
-    (reward,) = ctx.shape([outcome.score], [answer])
+    # Shaped on the last turn's text, with every turn's length (the overlong penalty's).
+    (reward,) = ctx.shape([outcome.score], [answer], [trajectory.turn_lengths])
     return Trajectory(trajectory.build(ctx.tokenizer), reward, outcome,
                       {"self_check/changed_mean": float(trajectory.model_turns > 1)})

@@ -74,3 +74,21 @@ def test_a_penalty_is_not_discounted_by_the_retries_spent_before_it(tiny_tokeniz
     _, after_retries, _ = _run(tiny_tokenizer, chat_prompt(), ["41", "40", "39 and on"], {2},
                                cut_off)
     assert at_once.groups[0][0].reward == after_retries.groups[0][0].reward == -1.0
+
+
+def test_the_overlong_penalty_counts_every_turn_not_the_last_one_only(tiny_tokenizer,
+                                                                      chat_prompt):
+    """Shaped on the last turn alone, a retry after a wrong answer that ran to the length
+    limit escaped DAPO's overlong penalty: every turn is one generation against the limit."""
+    long_wrong = " ".join(["41"] * 18)  # within a turn's 64 tokens, past max_tokens - buffer
+    n_long = len(tiny_tokenizer.encode(long_wrong, add_special_tokens=False)) + 1
+    n_right = len(tiny_tokenizer.encode("42", add_special_tokens=False)) + 1
+    shaping = RewardShaping(overlong_buffer=16, max_tokens=n_long, overlong_penalty_factor=1.0)
+    _, episodes, metrics = _run(tiny_tokenizer, chat_prompt(), [long_wrong, "42"],
+                                shaping=shaping, turn_discount=1.0)
+    # The second turn is right (score 1) and short; the first reached the limit: -1.
+    assert n_right < n_long - 16 and n_long <= 64 and metrics["workflow/turns_mean"] == 2.0
+    assert episodes.groups[0][0].reward == 0.0
+    _, short, _ = _run(tiny_tokenizer, chat_prompt(), ["41", "42"], shaping=shaping,
+                       turn_discount=1.0)
+    assert short.groups[0][0].reward == 1.0

@@ -24,14 +24,14 @@ HUGE_INT = ('<tool_call>{"name": "python", "arguments": {"code": "print(1)"}, "i
             + "9" * 4301 + "}</tool_call>")  # ValueError: past Python's 4300-digit limit
 
 
-def _run(tokenizer, prompt, script, **settings):
+def _run(tokenizer, prompt, script, shaping=RewardShaping(), **settings):
     engine = TurnScriptedEngine(tokenizer, script)
     with RewardScorer(num_workers=0) as scorer:
         runner = EpisodeRunner(tool_use, engine, scorer, tokenizer,
                                WorkflowSettings(**{"max_turns": 4, "tool_timeout_s": 2.0,
                                                    **settings}))
         episodes, metrics = runner.run([prompt], SamplingParams(n=1, max_tokens=200),
-                                       RewardShaping())
+                                       shaping)
         runner.close()
     return engine, episodes, metrics
 
@@ -196,3 +196,16 @@ def test_tool_calls_stop_at_max_tool_calls(tiny_tokenizer, chat_prompt):
                                 max_turns=10)
     assert metrics["tools/calls"] == 2 and metrics["tools/turns_mean"] == 3
     assert episodes.groups[0][0].reward == 0.0  # never answered
+
+
+def test_the_overlong_penalty_sees_the_tool_calling_turns_too(tiny_tokenizer, chat_prompt):
+    """A tool call that runs to the length limit before a short answer was not penalised: only
+    the last turn's length was counted."""
+    verbose_call = "Let me compute." + " Hmm." * 60 + "\n```python\nprint(6 * 7)\n```"
+    n_call = len(tiny_tokenizer.encode(verbose_call, add_special_tokens=False))
+    shaping = RewardShaping(overlong_buffer=20, max_tokens=n_call, overlong_penalty_factor=0.5)
+    _, episodes, metrics = _run(tiny_tokenizer, chat_prompt(), [verbose_call, "42"], shaping)
+    assert metrics["tools/calls"] == 1
+    assert episodes.groups[0][0].reward == 0.5  # right, less the first turn's full penalty
+    _, plain, _ = _run(tiny_tokenizer, chat_prompt(), [FENCED, "42"], shaping)
+    assert plain.groups[0][0].reward == 1.0

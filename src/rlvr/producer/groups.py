@@ -60,10 +60,17 @@ def generate_and_score(engine: RolloutEngine, scorer: RewardScorer, prompts: lis
 
 
 def shape_rewards(scores: list[float], completions: list[Completion],
-                  shaping: RewardShaping) -> list[float]:
+                  shaping: RewardShaping,
+                  turn_lengths: list[list[int]] | None = None) -> list[float]:
     """Verifier scores -> rewards: the R1 format reward, the non-stop penalty and DAPO's soft
     overlong penalty, each completion on its own (so a group or a whole step gives the same).
-    Lengths count the model's tokens only (a multi-turn episode's given tokens are free)."""
+    Lengths count the model's tokens only (a multi-turn episode's given tokens are free).
+
+    `turn_lengths[k]`, where given, holds the length of each model turn of completion k's
+    episode (`completions[k]` is then its last turn, whose text the format reward reads): each
+    turn was one generation against the length limit, so the overlong penalty is the worst of
+    its turns'. Counting the last turn only let every earlier turn run to the limit unpunished
+    (a tool_use episode's long tool calls before a short answer)."""
     if shaping.format_reward:
         scores = format_reward_scores(scores, [c.text for c in completions],
                                       shaping.format_reward_value,
@@ -72,10 +79,15 @@ def shape_rewards(scores: list[float], completions: list[Completion],
         scores = apply_non_stop_penalty(scores, [c.truncated for c in completions],
                                         shaping.non_stop_penalty_value)
     if shaping.overlong_buffer > 0:
-        lengths = [len(c.token_ids_T) if c.loss_mask_T is None else sum(c.loss_mask_T)
-                   for c in completions]
-        penalties = soft_overlong_penalty(lengths, shaping.max_tokens, shaping.overlong_buffer,
-                                          shaping.overlong_penalty_factor)
+        if turn_lengths is None:
+            turn_lengths = [[len(c.token_ids_T) if c.loss_mask_T is None else sum(c.loss_mask_T)]
+                            for c in completions]
+        if len(turn_lengths) != len(completions) or not all(turn_lengths):
+            raise ValueError("turn_lengths needs one non-empty list of turn lengths a completion")
+        penalties = [min(soft_overlong_penalty(lengths, shaping.max_tokens,
+                                               shaping.overlong_buffer,
+                                               shaping.overlong_penalty_factor))
+                     for lengths in turn_lengths]
         scores = [s + p for s, p in zip(scores, penalties)]
     return list(scores)
 

@@ -97,9 +97,14 @@ class EpisodeContext:
                     for k, text in enumerate(texts)]
         return await self._scorer.submit(None, requests)
 
-    def shape(self, scores: Sequence[float], completions: Sequence[Completion]) -> list[float]:
-        """The run's reward shaping (format reward, non-stop and overlong penalties)."""
-        return shape_rewards(list(scores), list(completions), self.shaping)
+    def shape(self, scores: Sequence[float], completions: Sequence[Completion],
+              turn_lengths: Sequence[Sequence[int]] | None = None) -> list[float]:
+        """The run's reward shaping (format reward, non-stop and overlong penalties). For a
+        multi-turn episode pass its last turn as the completion and the lengths of all its
+        model turns (`TrajectoryBuilder.turn_lengths`): the overlong penalty takes the worst
+        turn's."""
+        return shape_rewards(list(scores), list(completions), self.shaping,
+                             None if turn_lengths is None else [list(t) for t in turn_lengths])
 
     def continuation_ids(self, messages: list[dict], new_messages: list[dict],
                          last_turn: Completion) -> list[int]:
@@ -177,14 +182,19 @@ class TrajectoryBuilder:
         self.loss_mask: list[int] = []
         self.versions: list[int] = []
         self.last: Completion | None = None  # the latest model turn
-        self.model_turns = 0
+        self.turn_lengths: list[int] = []  # tokens of each model turn, in order
+
+    @property
+    def model_turns(self) -> int:
+        return len(self.turn_lengths)
 
     def add_model(self, c: Completion) -> None:
         self.token_ids += c.token_ids_T
         self.logprobs += c.logprobs_T
         self.loss_mask += [1] * len(c.token_ids_T)
         self.versions += c.versions_T or [c.model_version] * len(c.token_ids_T)
-        self.last, self.model_turns = c, self.model_turns + 1
+        self.last = c
+        self.turn_lengths.append(len(c.token_ids_T))
 
     def add_given(self, ids: Sequence[int]) -> None:
         version = self.versions[-1] if self.versions else 0

@@ -4,8 +4,9 @@ Each of the group's samples is its own conversation: answer, score; if it is not
 the feedback message (`rollout.feedback`) as a user turn and sample again, up to
 `rollout.max_turns` answers. The reward is the last answer's score, discounted by
 `rollout.turn_discount` per retry, so a right first answer is worth most (AReaL's
-MultiTurnWorkflow), then shaped: the penalties (non-stop, overlong) are not discounted. The model's tokens of every turn are trained on; the feedback and the chat
-template's turn markers carry loss mask 0. Verifiers that declare `trajectory` see the
+MultiTurnWorkflow), then shaped: the penalties (non-stop, overlong) are not discounted, and
+the overlong penalty is the worst turn's. The model's tokens of every turn are trained on; the
+feedback and the chat template's turn markers carry loss mask 0. Verifiers that declare `trajectory` see the
 conversation so far: every answer and the feedback between them.
 
 An answer cut off by the length limit ends the episode (a retry cannot follow a turn that never
@@ -55,7 +56,8 @@ async def _converse(ctx: EpisodeContext, prompt: Prompt, answer: Completion,
     last = trajectory.last
     # The score is discounted, then shaped: a penalty (cut off, overlong) discounted with it
     # would shrink with every retry spent, so burning retries before a bad end would pay.
-    reward = ctx.shape([outcome.score * s.turn_discount ** turn], [last])[0]
+    reward = ctx.shape([outcome.score * s.turn_discount ** turn], [last],
+                       [trajectory.turn_lengths])[0]
     return Trajectory(trajectory.build(ctx.tokenizer), reward, outcome,
                       {"workflow/turns_mean": float(turn + 1),
                        "workflow/retried_mean": float(turn > 0)})

@@ -73,7 +73,7 @@ async def _converse(ctx: EpisodeContext, prompt: Prompt, turn_out: Completion,
                                        sample=sample))[0]
     last = trajectory.last
     outcome = (await ctx.score(prompt, [last.text], [messages[len(prompt.messages):]]))[0]
-    reward = ctx.shape([outcome.score], [last])[0]
+    reward = ctx.shape([outcome.score], [last], [trajectory.turn_lengths])[0]
     return Trajectory(trajectory.build(ctx.tokenizer), reward, outcome,
                       {**counts, "tools/turns_mean": float(turn + 1),
                        "tools/used_mean": float(counts["tools/calls"] > 0)})

@@ -59,3 +59,32 @@ def test_the_run_asks_for_tags_through_its_template_or_format_reward(overrides, 
                                                                       tiny_tokenizer):
     cfg = load_config("configs/tiny.yaml", overrides)
     assert scorer_settings(cfg, tiny_tokenizer).answer_tags is tags
+
+
+class _SeesAnswers:
+    """A batched stage that records the graded part of each completion, as the judge reads it."""
+
+    def __init__(self):
+        self.seen = {}
+
+    def score_batch(self, requests):
+        from rlvr.rewards.batched import BatchScore
+        self.seen.update({r.sample_id: strip_thinking(r.completion) for r in requests})
+        return [BatchScore(1.0) for _ in requests]
+
+    def close(self):
+        pass
+
+
+def test_a_batched_verifier_reads_each_request_s_tags_as_the_workers_do():
+    """The batched stage (the LLM judge) ran under the run-level setting only: a prompt that
+    asked for <think> had its judge grade the thinking as the answer; a run that asked for
+    none took a stray tag as a mark there alone."""
+    from tests.rewards.test_batched import STUB
+
+    stage = _SeesAnswers()
+    completion = "my reasoning</think>final"
+    with RewardScorer(num_workers=0, answer_tags=False, batched={STUB: stage}) as scorer:
+        scorer.score([ScoreRequest("a", completion, "x", (STUB,), prompt_messages=ASKS_FOR_TAGS),
+                      ScoreRequest("b", completion, "x", (STUB,))])
+    assert stage.seen == {"a": "final", "b": completion}

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Pipe, wait
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from rlvr.rewards.batched import BatchVerifier, combine, route, run_batched
+from rlvr.rewards.batched import BatchVerifier, Routing, combine, route, run_batched
 from rlvr.rewards.format import answer_tags, mentions_answer_tags
 from rlvr.rewards.registry import VERIFIERS, verifier_inputs
 from rlvr.rewards.verifier_worker import run_verifiers
@@ -283,11 +283,24 @@ class RewardScorer:
                                            if i in results}))
                 for i, r in enumerate(requests)]
 
-    def _run_batched(self, requests: list[ScoreRequest], routing) -> dict:
-        # In the pool's thread (a context variable set here stays here); the run's setting for
-        # the whole batch, which a batched verifier scores at once.
-        with answer_tags(self.answer_tags):
-            return run_batched(requests, routing, self._batched)
+    def _run_batched(self, requests: list[ScoreRequest], routing: Routing) -> dict:
+        """The batched stages' results, each request read with its own `tags_mark_answers`,
+        as the workers read it: a stage scores a batch under one setting (a context variable,
+        set in the pool's thread and staying there), so the requests are split by it, into
+        at most two calls a stage. Under the run-level setting alone, a prompt that asked for
+        the tags had its judge see the thinking as the answer."""
+        marks = [self.tags_mark_answers(r.prompt_messages) for r in requests]
+        out: dict = {}
+        for mark in (True, False):
+            part = Routing(batched={name: [i for i in indices if marks[i] is mark]
+                                    for name, indices in routing.batched.items()})
+            part.batched = {name: indices for name, indices in part.batched.items() if indices}
+            if not part.batched:
+                continue
+            with answer_tags(mark):
+                for name, results in run_batched(requests, part, self._batched).items():
+                    out.setdefault(name, {}).update(results)
+        return out
 
     def _run_workers(self, requests: list[ScoreRequest]
                      ) -> list[tuple[list[float], str | None, bool]]:

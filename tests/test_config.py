@@ -58,6 +58,8 @@ def test_wrong_type_names_the_field():
      "distributed.data_prep_actor"),
     (["rollout.vllm_tensor_parallel_size=2", "rollout.engine=transformers"], "rollout.engine=vllm"),
     (["algorithm.kl_estimator=7"], "algorithm.kl_estimator"),
+    # Estimator 0's gradient averages to 0: a penalty in name only.
+    (["algorithm.beta=0.1", "algorithm.kl_estimator=0"], "algorithm.kl_estimator=0 with"),
     # rho bounds must bracket 1 (rho is 1 when engine and learner agree)
     (["algorithm.rho_correction=true", "algorithm.rho_clamp_upper=0.9"],
      "algorithm.rho_clamp_upper=0.9 must be > 1"),

@@ -76,3 +76,41 @@ def test_off_policy_the_ratio_makes_estimator_3_unbiased():
     m = _kl_metrics([0.4, 0.2, 0.2, 0.1, 0.05, 0.05])
     assert m["objective/kl3_avg"] == pytest.approx(0.251636, abs=1e-5)
     assert m["objective/kl0_avg"] == pytest.approx(0.398930, abs=1e-5)
+
+
+def _exact_kl_gradient(reverse):
+    """d KL / d theta for the policy softmax(theta) at P against the uniform reference:
+    KL(policy || ref), or with `reverse` KL(ref || policy)."""
+    theta = torch.tensor([math.log(p) for p in P], dtype=torch.float64, requires_grad=True)
+    logp = torch.log_softmax(theta, 0)
+    logq = torch.full_like(logp, math.log(1 / 6))
+    kl = (logq.exp() * (logq - logp)).sum() if reverse else (logp.exp() * (logp - logq)).sum()
+    kl.backward()
+    return theta.grad
+
+
+def _loss_gradient(estimator):
+    """The gradient of beta * estimator as rlvr's loss over the 32 tokens sampled from P,
+    on-policy (ratio 1), no advantage: its expectation under P, exactly."""
+    theta = torch.tensor([math.log(p) for p in P], dtype=torch.float64, requires_grad=True)
+    tokens = torch.tensor([i for i, c in enumerate(COUNTS) for _ in range(c)])
+    new = torch.log_softmax(theta, 0)[tokens][None]
+    old = new.detach()
+    inputs = LossInputs(new, old, torch.zeros_like(old), torch.ones_like(old, dtype=torch.bool),
+                        ref_logprobs_RL=torch.full_like(old, math.log(1 / 6)))
+    compute_policy_loss("dapo", inputs, LossParams(0.2, 0.2, 1.0, estimator,
+                                                   denominator=32.0)).loss.backward()
+    return theta.grad
+
+
+@pytest.mark.parametrize("estimator, follows", [
+    (1, "forward"), (2, "reverse"), (3, "forward"), (0, "nothing")])
+def test_each_estimator_s_gradient_as_a_loss_is_the_documented_kl_s(estimator, follows):
+    """What a KL penalty trains is its gradient: 1 and 3 pull toward KL(policy || ref), 2 (the
+    default, GRPO's) toward KL(ref || policy), and 0 toward nothing, which is why the config
+    refuses beta > 0 with it (`rlvr.config.checks`)."""
+    got = _loss_gradient(estimator)
+    forward, reverse = _exact_kl_gradient(False), _exact_kl_gradient(True)
+    assert not torch.allclose(forward, reverse, atol=1e-3)  # the two are told apart here
+    want = {"forward": forward, "reverse": reverse, "nothing": torch.zeros_like(forward)}[follows]
+    assert torch.allclose(got, want, atol=1e-6), (got, want)

@@ -11,6 +11,15 @@ batch), and estimates KL(policy || ref) = E_policy[d]:
   epochs. The ratio keeps its gradient, as open-instruct's does: at ratio 1 the gradient of
   ratio * d is (d + 1) grad logp, whose expectation is the gradient of the KL.
 d is clamped to [-40, 40] so exp never overflows on tokens the reference finds absurd.
+
+As a loss (`beta > 0`) what counts is the estimator's gradient, in expectation over the sampled
+tokens, not its value (with ratio = 1, p the policy and q the reference):
+- 0: grad d = grad logp, which averages to 0: no penalty at all (refused with `beta > 0`);
+- 1: d grad logp, whose expectation is grad KL(policy || ref);
+- 2: (1 - q/p) grad logp, whose expectation is grad KL(ref || policy): the reverse KL, as in
+  GRPO (DeepSeekMath), verl's `low_var_kl` and TRL;
+- 3: (d + 1) grad logp, expectation grad KL(policy || ref).
+`tests/algorithm/test_kl.py` checks each on an exact distribution.
 """
 
 from __future__ import annotations

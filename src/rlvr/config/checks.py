@@ -293,6 +293,13 @@ def validate(cfg: Config) -> None:
     errors: list[str] = range_errors(cfg)
     e, r, a = cfg.experiment, cfg.rollout, cfg.algorithm
     _choice(errors, "algorithm.kl_estimator", a.kl_estimator, {0, 1, 2, 3})
+    if a.beta > 0 and a.kl_estimator == 0:
+        # d's gradient as a loss is beta * grad logp, which averages to 0 over tokens the
+        # policy sampled: the penalty would train nothing (`rlvr.algorithm.kl`).
+        errors.append(f"algorithm.kl_estimator=0 with algorithm.beta={a.beta}: estimator 0 (d) "
+                      "adds no gradient in expectation, so the run would train without a KL "
+                      "penalty; use 1 or 3 (gradient of KL(policy || ref)) or 2 (of KL(ref || "
+                      "policy), as GRPO); every estimator is logged as objective/kl{0..3}_avg")
     _choice(errors, "algorithm.rho_mask", a.rho_mask,
             {"none", "token", "sequence", "sequence_token"})
     _check_rho(errors, cfg)

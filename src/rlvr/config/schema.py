@@ -272,7 +272,9 @@ class AlgorithmConfig:
     advantage_normalization_type: str = "standard"  # standard | centered
     beta: float = 0.0  # KL coefficient; 0 loads no reference model
     # d = logp - logp_ref; 0: d, 1: d^2/2, 2: expm1(-d)+d, 3: ratio*d with ratio =
-    # exp(logp - logp_old), the importance weight from the sampling policy (open-instruct)
+    # exp(logp - logp_old), the importance weight from the sampling policy (open-instruct).
+    # As a loss: 1 and 3 follow KL(policy || ref), 2 the reverse KL (GRPO), 0 nothing (beta > 0
+    # refuses it)
     kl_estimator: int = 2
     # Load a frozen reference policy. null: only when beta > 0. true with beta 0 loads it to log
     # the KL metrics without penalising (open-instruct's behaviour); false needs beta 0.

@@ -11,7 +11,7 @@ VARIANTS = [
     ["algorithm.loss_fn=cispo"],
     ["algorithm.loss_fn=grpo"],
     ["algorithm.loss_fn=gspo", "algorithm.clip_lower=0.0003", "algorithm.clip_higher=0.0004"],
-    ["algorithm.kl_estimator=0"],
+    ["algorithm.kl_estimator=0", "algorithm.beta=0", "algorithm.load_ref_policy=true"],
     ["algorithm.kl_estimator=1"],
     ["algorithm.kl_estimator=3", "algorithm.ref_policy_update_freq=2"],
     ["algorithm.advantage_normalization_type=centered", "algorithm.loss_denominator=64"],

@@ -173,6 +173,7 @@ def test_a_signal_after_a_skipped_update_does_not_claim_that_steps_state_was_sav
     from types import SimpleNamespace
 
     from rlvr.interrupts import StopOnSignal, TrainingInterrupted
+    from rlvr.stopping import Streaks
     from rlvr.trainer import _finish_step
 
     saved = []
@@ -184,5 +185,5 @@ def test_a_signal_after_a_skipped_update_does_not_claim_that_steps_state_was_sav
     stop.signum = signal.SIGTERM  # as its handler sets it
     with pytest.raises(TrainingInterrupted, match="after step 2; its update was skipped.*no "
                                                   "state of it was saved") as stopped:
-        _finish_step(run, stop, 2, {"optim/skipped_steps": 1.0}, 0)
+        _finish_step(run, stop, 2, {"optim/skipped_steps": 1.0}, Streaks())
     assert not saved and stopped.value.exit_code == 128 + signal.SIGTERM

@@ -16,8 +16,9 @@ from pathlib import Path
 
 from rlvr.config import ConfigError, load_config, to_yaml
 from rlvr.data.errors import DataError
-from rlvr.interrupts import (EngineLost, EngineUnavailable, NumericalFault, ResumeRefused,
-                             RunFinished, SlurmJobFailed, TrainingInterrupted, VerifierFault)
+from rlvr.interrupts import (EngineLost, EngineUnavailable, NoLearningSignal, NumericalFault,
+                             ResumeRefused, RunFinished, SaveFailed, SlurmJobFailed,
+                             TrainingInterrupted, VerifierFault)
 from rlvr.learner.memory_plan import MemoryPlanError
 from rlvr.serving.auth import ServerKeyError
 from rlvr.serving.server import ServerStartError
@@ -335,6 +336,10 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(e, 4)
     except VerifierFault as e:
         return _fail(e, 5)
+    except NoLearningSignal as e:
+        return _fail(e, 6)
+    except SaveFailed as e:  # disk full (or another failed write) saving a state or a model
+        return _fail(e, 7)
     except SlurmJobFailed as e:  # the job's own exit code (the trainer's, when it ran)
         return _fail(e, e.exit_code)
 

@@ -46,6 +46,12 @@ class VerifierFault(RuntimeError):
     steps in a row: the run cannot learn; the message names the verifier and its first error."""
 
 
+class NoLearningSignal(RuntimeError):
+    """No sample had a non-zero advantage in `algorithm.max_steps_without_update` steps in a
+    row (every group's rewards equal): the run cannot learn; its state is saved, and the
+    message says why the rewards may be flat."""
+
+
 class EngineUnavailable(RuntimeError):
     """No engine is left to generate with (every inference server dropped, or none reachable):
     a failure of the run, not of an episode; the trainer stops with its last good state."""
@@ -54,6 +60,13 @@ class EngineUnavailable(RuntimeError):
 class EngineLost(RuntimeError):
     """Generation has nowhere to run (every inference server gone); the last good training
     state was saved first, and the message says where."""
+
+
+class SaveFailed(RuntimeError):
+    """Writing a training state, a model checkpoint or the final model failed (disk full, a
+    quota, an I/O error): its half-written copy was removed, the saves before it are kept, and
+    the message names the path, the error and what is left to resume from
+    (`rlvr.checkpoint.atomic.save_dir_atomic`)."""
 
 
 class SlurmJobFailed(RuntimeError):

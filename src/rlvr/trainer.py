@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from typing import Callable
 
 from rlvr.algorithm.importance import RhoCorrection
 from rlvr.algorithm.mini_batches import mini_batch_count, split_mini_batches
@@ -22,92 +21,29 @@ from rlvr.algorithm.losses import (LossParams, PolicyLoss, normalization_unit,
                                    summarize_loss_metrics)
 from rlvr.build import Run, StartPlan, build_run
 from rlvr.checkpoint import save_final_model, save_model_checkpoint
-from rlvr.checkpoint.resume import fresh_start_hint
-from rlvr.checkpoint.state import TrainingState, capture_rng, restore_rng, save_state
+from rlvr.checkpoint.state import save_state
 from rlvr.config import Config
 from rlvr.device import HOST, release_cached_memory
-from rlvr.faults import engine_fault, verification_failure
+from rlvr.faults import engine_fault
 from rlvr.input_checks import verifiers_used
-from rlvr.interrupts import (EngineLost, NumericalFault, ResumeRefused, StopOnSignal,
-                             TrainingInterrupted, VerifierFault)
+from rlvr.interrupts import ResumeRefused, StopOnSignal, TrainingInterrupted
 from rlvr.learner import MiniBatch, UpdateResult
 from rlvr.metrics import StepTimer, learner_throughput
 from rlvr.metrics.throughput import run_peak_flops
 from rlvr.metrics.traces import eval_rows, training_rows
 from rlvr.producer.ahead import RolloutProducer
-from rlvr.producer.ahead_state import ahead_from_json, ahead_to_json
+from rlvr.producer.ahead_state import ahead_from_json
 from rlvr.producer.groups import Episodes
 from rlvr.producer.staleness import drop_stale_groups, staleness_metrics
 from rlvr.producer.training_batch import BatchSettings, build_training_batch
 from rlvr.rewards.canary import run_canary
+# Taking and putting back a run's state, and stopping a run on purpose, each a module of its own.
+from rlvr.run_state import capture_state, restore_state, step_start, sync_weights
+from rlvr.stopping import (Streaks, UnsyncedStep, check_learning_signal, check_streaks,
+                           note_verification, stop_between_steps, stop_if_engine_fault)
 from rlvr.types import PackedBatch, Sample
 
 log = logging.getLogger(__name__)
-
-
-def sync_weights(run: Run, version: int) -> None:
-    """Learner -> engines, as policy version `version`, by the path the learner picks
-    (`LearnerProtocol.send_weights`)."""
-    run.learner.send_weights(run.engine, version)
-    run.policy_version = version
-
-
-def restore_state(run: Run, state: TrainingState) -> None:
-    try:
-        if state.learner_dir is not None:  # written sharded: each rank reads what it needs
-            extra = run.learner.load_sharded_state(state.learner_dir)
-            if extra.get("step") != state.step:
-                raise ValueError(f"its learner part is of step {extra.get('step')}")
-        else:
-            run.learner.load_training_state({
-                "policy": state.policy, "reference": state.reference,
-                "optimizer": state.optimizer, "scheduler": state.scheduler})
-    except (KeyError, ValueError, RuntimeError) as e:
-        # Every learner writes one format keyed by parameter name, so any launcher can load
-        # it; what fails here is a state of another model or config.
-        raise ResumeRefused(
-            f"the training state in {run.state_dir} (step {state.step}) does not fit this "
-            f"run's model and optimizer (or was written by an older rlvr whose local launcher "
-            f"keyed the optimizer by index): {e}. {fresh_start_hint(run.output_dir)}") from e
-    run.source.load_mixer_state(state.mixer)
-    restore_rng(state.rng)
-    run.episode, run.start_step = state.episode, state.step
-    sync_weights(run, state.policy_version)
-    log.info("resumed from the training state of step %d in %s", state.step, run.state_dir)
-
-
-def capture_state(run: Run, step: int, wait: bool = False,
-                  should_stop: Callable[[], bool] | None = None) -> TrainingState:
-    """The run's state after step `step`. With `checkpoint.state_format=sharded` the learner's
-    part is not gathered here: `save_state` has the learner's ranks write their shards into
-    the state directory it builds (which every rank must be able to reach).
-
-    An asynchronous run's state also holds the batches made ahead (`RolloutProducer.ahead`),
-    with the mixer's state from before the first batch not made; `wait`: first let a batch in
-    the making finish (until `should_stop()`), so that a resume repeats this run exactly."""
-    learner = run.learner
-    mixer, ahead = _mixer_and_ahead(run, step, wait, should_stop)
-    common = dict(step=step, episode=run.episode, mixer=mixer, rng=capture_rng(),
-                  policy_version=run.policy_version, ahead=ahead)
-    if run.cfg.checkpoint.state_format == "sharded":
-        # The step goes in as the learner's `extra`: a check, on resume, that the parts agree.
-        return TrainingState(**common, policy={}, reference=None, optimizer={}, scheduler={},
-                             write_learner=lambda d: learner.save_sharded_state(d, {"step": step}))
-    return TrainingState(**common, **learner.training_state())
-
-
-def _mixer_and_ahead(run: Run, step: int, wait: bool,
-                     should_stop: Callable[[], bool] | None) -> tuple[dict, str]:
-    """The mixer's state a resume starts from, and the batches made ahead as JSON ("": none)."""
-    if run.producer is None:
-        return run.source.mixer_state(), ""
-    ahead = run.producer.ahead(wait=wait, should_stop=should_stop)
-    if not ahead.complete:
-        log.warning("the training state of step %d holds %d batch(es) made ahead; %s, so a "
-                    "run resumed from it makes that batch again with newer weights and departs "
-                    "from this one there", step, len(ahead.made),
-                    "generation had failed" if ahead.failed else "one was still being made")
-    return ahead.mark, ahead_to_json(ahead.made)
 
 
 def one_training_step(run: Run, step: int, produced: tuple[Episodes, dict[str, float]] | None = None
@@ -117,7 +53,7 @@ def one_training_step(run: Run, step: int, produced: tuple[Episodes, dict[str, f
     a = cfg.algorithm
     episodes, metrics = produced if produced is not None else run.source.produce(step)
     metrics.update(staleness_metrics(episodes.groups, policy_version=run.policy_version))
-    _note_verification(run, step, episodes, metrics)
+    note_verification(run, step, episodes, metrics)
     with timer("batching"):  # advantages, filtering, packing
         training = build_training_batch(episodes.groups, BatchSettings(
             a.advantage_normalization_type, a.filter_zero_std_samples, a.pack_length,
@@ -125,6 +61,9 @@ def one_training_step(run: Run, step: int, produced: tuple[Episodes, dict[str, f
             a.truncated_in_baseline,
             share_prompts=run.devices.share_prompts if run.devices is not None else True))
     metrics.update(training.metrics)
+    # A sample with a non-zero advantage is the only thing a policy gradient learns from (with
+    # zero-spread groups kept, `filter_zero_std_samples=false`, a batch may have none).
+    metrics["batch/learning_signal"] = float(any(s.advantage for s in training.samples))
     if run.traces is not None:
         with timer("traces"):
             _write_step_traces(run, step, episodes, training.samples)
@@ -148,7 +87,14 @@ def one_training_step(run: Run, step: int, produced: tuple[Episodes, dict[str, f
         if a.ref_policy_update_freq and step % a.ref_policy_update_freq == 0:
             run.learner.update_reference(a.alpha)
         with timer("weight_sync"):
-            sync_weights(run, run.policy_version + 1)
+            try:
+                sync_weights(run, run.policy_version + 1)
+            except Exception as e:
+                if engine_fault(e) is None:
+                    raise
+                # The update landed: the step's record (and model checkpoint) outlive the sync.
+                raise UnsyncedStep({**metrics, **timer.as_metrics(),
+                                    "episode": float(run.episode)}) from e
     timings = timer.as_metrics()
     metrics.update(timings)
     # Synchronous: generation + training + sync. Asynchronous: what the trainer spent, waiting
@@ -269,20 +215,21 @@ def _train_loop(run: Run, stop: StopOnSignal) -> None:
         try:
             _log_start(run)
         except Exception as e:  # noqa: BLE001  re-raised unless the engine failed
-            _stop_if_engine_fault(run, run.start_step, e, step_done=True)
-    skipped_in_a_row = 0
+            stop_if_engine_fault(run, run.start_step, e, step_done=True)
+    streaks = Streaks()
     producer = _start_producer(run)
     try:
         for step in range(run.start_step + 1, cfg.num_training_steps + 1):
+            at_start = step_start(run) if producer is None else None
             try:
                 produced = _next_produced(run, producer, step, stop) if producer else None
                 metrics = one_training_step(run, step, produced)
             except Exception as e:  # noqa: BLE001  re-raised unless the engine failed
-                _stop_if_engine_fault(run, step, e)
+                stop_if_engine_fault(run, step, e, at_start=at_start)
             try:
-                skipped_in_a_row = _finish_step(run, stop, step, metrics, skipped_in_a_row)
+                _finish_step(run, stop, step, metrics, streaks)
             except Exception as e:  # noqa: BLE001  in the step's eval: the step itself is done
-                _stop_if_engine_fault(run, step, e, step_done=True)
+                stop_if_engine_fault(run, step, e, step_done=True)
     finally:
         if producer is not None:
             producer.close()
@@ -300,7 +247,7 @@ def _start_producer(run: Run) -> RolloutProducer | None:
             f"the training state in {run.state_dir} holds {len(made)} batch(es) generated "
             f"ahead of training, more than rollout.async_steps={k} can take: resume with "
             f"rollout.async_steps >= {len(made)} (its prompts were drawn already), or start "
-            "fresh with checkpoint.resume=false")
+            "fresh in a new experiment.output_dir")
     if k == 0:
         return None
     # The step whose seed a batch uses: after those made before.
@@ -320,7 +267,7 @@ def _next_produced(run: Run, producer: RolloutProducer, step: int, stop: StopOnS
     for attempt in range(MAX_STALE_BATCHES_IN_A_ROW):
         produced, wait_s = producer.next_batch(should_stop=lambda: stop.signum is not None)
         if produced is None:  # a stop signal arrived while waiting: save and leave
-            _stop_between_steps(run, stop, step - 1)
+            stop_between_steps(run, stop, step - 1)
         waited += wait_s
         episodes, metrics = produced.item
         kept_groups, n_dropped = drop_stale_groups(episodes.groups, run.policy_version, k)
@@ -330,7 +277,7 @@ def _next_produced(run: Run, producer: RolloutProducer, step: int, stop: StopOnS
         log.warning("step %d: a whole batch was more than %d versions stale (policy version "
                     "%d); drawing the next", step, k, run.policy_version)
         if stop.signum is not None:
-            _stop_between_steps(run, stop, step - 1)
+            stop_between_steps(run, stop, step - 1)
     else:
         raise RuntimeError(
             f"step {step}: {MAX_STALE_BATCHES_IN_A_ROW} batches in a row were all more than "
@@ -342,7 +289,7 @@ def _next_produced(run: Run, producer: RolloutProducer, step: int, stop: StopOnS
     stale = Episodes(groups=[g for g, _ in pairs if id(g) not in kept_ids],
                      outcomes=[o for g, o in pairs if id(g) not in kept_ids])
     kept = Episodes(groups=kept_groups, outcomes=[o for g, o in pairs if id(g) in kept_ids],
-                    dropped_stale=stale)
+                    dropped_stale=stale, sampled_failure=episodes.sampled_failure)
     return kept, {**metrics, "async/stale_results_dropped": float(dropped),
                   "time/trainer_waiting_for_data": waited,
                   "time/generation_waiting_for_trainer": producer.blocked_since_last()}
@@ -351,47 +298,10 @@ def _next_produced(run: Run, producer: RolloutProducer, step: int, stop: StopOnS
 MAX_STALE_BATCHES_IN_A_ROW = 4
 
 
-def _stop_if_engine_fault(run: Run, step: int, error: Exception, step_done: bool = False
-                          ) -> None:
-    """Re-raise `error`, unless an engine fault is behind it (`rlvr.faults.engine_fault`: no
-    server left, one hung or answering garbage, an engine actor dead): then stop as
-    `_stop_after_engine_loss` does."""
-    fault = engine_fault(error)
-    if fault is None:
-        raise error
-    _stop_after_engine_loss(run, step, fault, step_done)
-
-
-def _stop_after_engine_loss(run: Run, step: int, error: BaseException,
-                            step_done: bool = False) -> None:
-    """No engine is left (every inference server gone): save the state of the last step whose
-    update the learner holds, which is `step` itself when only the weight sync after its
-    update failed or the step was done (`step_done`: its eval failed), and stop naming the
-    servers and the state."""
-    done = step if step_done or run.last_update_step == step else step - 1
-    if done > run.start_step:
-        if done == step and not step_done:  # the update landed; the engines never received it
-            run.policy_version += 1
-        save_state(capture_state(run, done), run.state_dir, run.cfg.checkpoint.keep_last_n_states)
-        where = f"the training state of step {done} is in {run.state_dir}"
-    else:
-        where = f"no step finished since the last state in {run.state_dir}"
-    raise EngineLost(f"step {step}: {error}; {where}: start the servers again and rerun the "
-                     "same command to resume") from error
-
-
-def _stop_between_steps(run: Run, stop: StopOnSignal, last_step: int) -> None:
-    """A stop signal arrived before step `last_step + 1` could train: save the state of the
-    last finished step (its weights are the learner's now) and leave."""
-    if last_step > run.start_step:
-        save_state(capture_state(run, last_step), run.state_dir,
-                   run.cfg.checkpoint.keep_last_n_states)
-    raise TrainingInterrupted(stop.signum, last_step, str(run.state_dir))
-
-
 def _finish_step(run: Run, stop: StopOnSignal, step: int, metrics: dict[str, float],
-                 skipped_in_a_row: int) -> int:
-    """Eval, checkpoints, logging and fault checks after a step; the new skip streak."""
+                 streaks: Streaks) -> None:
+    """Eval, checkpoints, logging, the state and the streak checks after a step
+    (`rlvr.stopping`)."""
     cfg = run.cfg
     if _due(cfg.eval.local_eval_every, step, cfg.num_training_steps):
         try:
@@ -407,46 +317,18 @@ def _finish_step(run: Run, stop: StopOnSignal, step: int, metrics: dict[str, flo
     metrics["time/elapsed"] = time.perf_counter() - run.started
     run.logger.log(step, metrics)
     run.history.append({"training_step": step, **metrics})
-    skipped_in_a_row = skipped_in_a_row + 1 if metrics.get("optim/skipped_steps") else 0
-    if skipped_in_a_row >= cfg.optimizer.max_consecutive_skipped_steps:
-        # No state is saved for these steps: the last good one stays the latest.
-        raise NumericalFault(
-            f"non-finite gradients in {skipped_in_a_row} consecutive steps (up to step "
-            f"{step}); the last good training state is in {run.state_dir}")
-    if run.failed_verification_steps >= cfg.rewards.max_failed_steps:
-        # Nothing was learnt in these steps (no sample had a score): no state is saved for them.
-        raise VerifierFault(
-            f"every sample failed its verifier in {run.failed_verification_steps} steps in a "
-            f"row (up to step {step}; rewards.max_failed_steps={cfg.rewards.max_failed_steps}), "
-            f"so the run cannot learn; the first failure: {run.first_verifier_failure}. Fix the "
-            f"verifier and rerun; the last good training state is in {run.state_dir}")
+    check_streaks(run, step, metrics, streaks)
     freq = cfg.checkpoint.checkpoint_state_freq
     due = (freq and step % freq == 0) or stop.signum is not None
+    skipped = bool(metrics.get("optim/skipped_steps"))
     # A skipped update is never the "last good" state.
-    if due and not skipped_in_a_row:
+    if due and not skipped:
         save_state(capture_state(run, step, wait=stop.signum is None,
                                  should_stop=lambda: stop.signum is not None),
                    run.state_dir, cfg.checkpoint.keep_last_n_states)
+    check_learning_signal(run, step, metrics, streaks)
     if stop.signum is not None and step < cfg.num_training_steps:
-        raise TrainingInterrupted(stop.signum, step, str(run.state_dir),
-                                  saved=not skipped_in_a_row)
-    return skipped_in_a_row
-
-
-def _note_verification(run: Run, step: int, episodes: Episodes, metrics: dict[str, float]
-                       ) -> None:
-    """Count steps in a row whose every sample failed its verifier (`_finish_step` stops the
-    run after `rewards.max_failed_steps` of them), warning at each."""
-    failure = verification_failure(episodes, run.cfg.rewards.timeout_s)
-    metrics["reward/all_samples_failed"] = float(failure is not None)
-    if failure is None:
-        run.failed_verification_steps, run.first_verifier_failure = 0, None
-        return
-    run.failed_verification_steps += 1
-    run.first_verifier_failure = run.first_verifier_failure or failure
-    log.warning("step %d: every sample failed its verifier (%s); %d such step(s) in a row, the "
-                "run stops at rewards.max_failed_steps=%d", step, failure,
-                run.failed_verification_steps, run.cfg.rewards.max_failed_steps)
+        raise TrainingInterrupted(stop.signum, step, str(run.state_dir), saved=not skipped)
 
 
 def _log_start(run: Run) -> None:

@@ -153,6 +153,7 @@ RANGES: dict[str, Range] = {
     "algorithm.num_mini_batches": AT_LEAST_ONE,
     "algorithm.gradient_accumulation_steps": AT_LEAST_ONE,
     "algorithm.num_epochs": AT_LEAST_ONE,
+    "algorithm.max_steps_without_update": NON_NEGATIVE,
     "algorithm.pack_length": AT_LEAST_ONE,
     # optimizer
     "optimizer.learning_rate": POSITIVE,

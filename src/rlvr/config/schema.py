@@ -295,6 +295,9 @@ class AlgorithmConfig:
     clip_lower: float = 0.2  # the ratio is clipped below at 1 - clip_lower
     clip_higher: float = 0.2  # and above at 1 + clip_higher (DAPO's clip-higher: > clip_lower)
     filter_zero_std_samples: bool = True  # drop groups whose rewards are all equal (no signal)
+    # Stop the run (exit 6, its state saved) after this many steps in a row in which no sample
+    # had a non-zero advantage: every group's rewards equal, nothing learnt. 0: never stop
+    max_steps_without_update: int = 10
     active_sampling: bool = False  # draw more prompts until the batch has enough non-flat groups
     active_sampling_max_rounds: int = 4  # bound on generation rounds per step
     no_resampling_pass_rate: Optional[float] = None  # retire prompts solved at this rate or more

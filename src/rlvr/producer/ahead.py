@@ -52,7 +52,8 @@ class Ahead(Generic[T]):
     made: list[Produced[T]]  # made, not yet taken, oldest first
     mark: Any  # `mark()` where the first batch not in `made` starts
     complete: bool  # False: a batch was being made, and a resume will make it again
-    failed: bool = False  # the producer raised: `made` holds what came before
+    failed: bool = False  # the producer raised: `made` holds what came before, `mark` is
+    # where the failed batch's draw began
 
 
 class RolloutProducer(Generic[T]):
@@ -81,6 +82,9 @@ class RolloutProducer(Generic[T]):
         self._lock = threading.Lock()
         self._making = False
         self._making_mark: Any = None
+        # Whether `produce` raised, and the mark of that batch; kept after the trainer has
+        # taken the error from the queue (it saves its state after that).
+        self._failed, self._failed_mark = False, None
         self._stop = threading.Event()
         self._blocked_s = 0.0  # total time the producer waited for a free slot (the trainer)
         self._reported_blocked_s = 0.0
@@ -100,7 +104,9 @@ class RolloutProducer(Generic[T]):
             except BaseException as e:  # noqa: BLE001  handed to the trainer, which re-raises
                 with self._lock:
                     self._queue.put(e)
-                    self._making = False
+                    # The failed batch's prompts were drawn: a state must start before them,
+                    # or a resume would skip them (the mixer has moved past).
+                    self._making, self._failed, self._failed_mark = False, True, mark
                 return
             with self._lock:
                 self._queue.put(Produced(item, made - start, mark))
@@ -165,12 +171,14 @@ class RolloutProducer(Generic[T]):
         with self._lock:
             queued = list(self._queue.queue)
             made = [q for q in queued if isinstance(q, Produced)]
-            failed = len(made) < len(queued)
+            failed = self._failed
             if self._making:
                 mark, complete = self._making_mark, False
+            elif failed:  # made again after a resume, from where its draw began
+                mark, complete = self._failed_mark, False
             else:
                 mark = self._mark() if self._mark is not None else None
-                complete = not failed
+                complete = True
         return Ahead(made, mark, complete, failed)
 
     def _full(self) -> bool:

@@ -44,7 +44,8 @@ def produced_to_json(produced: Produced) -> dict[str, Any]:
                        "outcomes": [_fields(o) for o in outcomes]})
     return {"format": FORMAT, "groups": groups,
             "metrics": {k: float(v) for k, v in metrics.items()},
-            "seconds": produced.seconds, "mark": produced.mark}
+            "seconds": produced.seconds, "mark": produced.mark,
+            "sampled_failure": episodes.sampled_failure}
 
 
 def produced_from_json(data: dict[str, Any]) -> Produced:
@@ -57,8 +58,10 @@ def produced_from_json(data: dict[str, Any]) -> Produced:
         groups.append([Sample(prompt=prompt, **_sample_fields(s)) for s in g["samples"]])
         outcomes.append([_record(RewardOutcome, o) for o in g["outcomes"]])
     metrics = {k: float(v) for k, v in data["metrics"].items()}
-    return Produced((Episodes(groups=groups, outcomes=outcomes), metrics),
-                    float(data["seconds"]), data.get("mark"))
+    failure = data.get("sampled_failure")  # absent from states written before it existed
+    return Produced((Episodes(groups=groups, outcomes=outcomes,
+                              sampled_failure=None if failure is None else str(failure)),
+                     metrics), float(data["seconds"]), data.get("mark"))
 
 
 def ahead_to_json(batches: list[Produced]) -> str:

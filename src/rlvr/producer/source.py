@@ -18,6 +18,7 @@ from typing import Any
 
 from rlvr.data.mixer import PromptMixer
 from rlvr.data.templates import load_chat_template
+from rlvr.faults import verification_failure
 from rlvr.models import load_tokenizer
 from rlvr.producer.groups import Episodes, RewardShaping, episode_metrics
 from rlvr.rewards.scorer import RewardScorer
@@ -73,6 +74,8 @@ class EpisodeSource:
         # What the policy scored on everything it sampled, not on the groups kept for training
         # (active sampling keeps only groups with reward spread: no solved prompt among them).
         metrics = {**episode_metrics(sampled), **metrics, **self.scorer.metrics_since_last()}
+        episodes = replace(episodes, sampled_failure=verification_failure(
+            sampled, getattr(self.scorer, "timeout_s", 0.0)))
         if s.retire_pass_rate is not None:
             with self._lock:
                 self.mixer.retire(solved_prompt_ids(sampled, s.retire_pass_rate))

@@ -68,7 +68,9 @@ class TransformersEngine:
                 if name not in state:
                     raise KeyError(f"engine has no weight named '{name}'")
                 state[name].copy_(tensor)  # copy_ casts to the engine's dtype
-        self.version = version
+            # Under the lock: a prefill taking it between the copy and this line would sample
+            # with the new weights and stamp the old version, one update staler than it is.
+            self.version = version
 
     def close(self) -> None:
         pass

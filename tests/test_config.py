@@ -86,10 +86,25 @@ def test_wrong_type_names_the_field():
     (["rollout.colocate=true", "rollout.engine=vllm", "rollout.async_steps=1"],
      "rollout.async_steps=0"),
     (["rollout.colocate=true", "rollout.engine=vllm"], "vllm_gpu_memory_utilization <= 0.7"),
+    # states and model checkpoints share step_NNNNNN names: each would replace or delete the other
+    (["experiment.output_dir=runs/x", "checkpoint.checkpoint_state_dir=runs/x/checkpoints"],
+     "checkpoint.checkpoint_state_dir=runs/x/checkpoints collides with the model saves"),
+    (["experiment.output_dir=runs/x", "checkpoint.checkpoint_state_dir=runs/x/../x/final/s"],
+     "checkpoint.checkpoint_state_dir"),
+    (["experiment.output_dir=runs/x", "checkpoint.checkpoint_state_dir=runs/x/checkpoints/s"],
+     "checkpoint.checkpoint_state_dir"),
+    (["experiment.output_dir=runs/step_000001", "checkpoint.checkpoint_state_dir=runs"],
+     "checkpoint.checkpoint_state_dir"),
 ])
 def test_incompatible_settings_name_their_fields(overrides, field):
     with pytest.raises(ConfigError, match=re.escape(field)):
         load_config(None, overrides)
+
+
+@pytest.mark.parametrize("state_dir", ["runs/x/state", "runs/x", "runs/x/ckpt", "/elsewhere"])
+def test_a_state_folder_of_its_own_is_accepted(state_dir):
+    load_config(None, ["experiment.output_dir=runs/x",
+                       f"checkpoint.checkpoint_state_dir={state_dir}"])
 
 
 def test_all_problems_reported_at_once():

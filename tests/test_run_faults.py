@@ -156,3 +156,40 @@ def test_a_gpu_without_room_for_one_row_stops_the_run_with_exit_2(tmp_path, monk
     assert "one packed row of 256 tokens (algorithm.pack_length) needs about" in err
     assert "model.max_memory_gb" in err and "Traceback" not in err
     assert not (tmp_path / "run" / "state").exists()
+
+
+def test_a_full_disk_during_a_state_save_exits_7_keeping_the_last_state(tmp_path, monkeypatch,
+                                                                        capsys):
+    """It ended in exit 1 and a traceback (torch's "unexpected pos"), the one thing
+    docs/faults.md calls a bug."""
+    import errno
+
+    from rlvr.checkpoint import state as state_module
+    from rlvr.checkpoint.state import list_states, load_latest_state
+
+    real_save_file = state_module.save_file
+
+    def disk_full_at_step_3(tensors, path):
+        if path.parent.name == ".tmp-step_000003":
+            path.write_bytes(b"half a tensor")  # the disk fills mid-file
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_save_file(tensors, path)
+
+    monkeypatch.setattr(state_module, "save_file", disk_full_at_step_3)
+    out = tmp_path / "run"
+    args = ["train", *RUN, "experiment.total_episodes=64", "checkpoint.checkpoint_state_freq=1",
+            "algorithm.filter_zero_std_samples=false", f"experiment.output_dir={out}"]
+    code = main(args)
+    err = capsys.readouterr().err
+    assert code == 7, err
+    assert (f"rlvr: writing the training state {out}/state/step_000003 failed (OSError: "
+            "[Errno 28] No space left on device); nothing half-written is left, and the last "
+            f"training state before it is kept: {out}/state/step_000002: free space and rerun "
+            "the same command to resume") in err
+    assert "Traceback" not in err
+    assert sorted(p.name for p in (out / "state").iterdir()) == ["step_000001", "step_000002"]
+    monkeypatch.undo()  # space freed: the rerun resumes from step 2
+    assert main(args) == 0
+    assert load_latest_state(out / "state").step == 4 and len(list_states(out / "state")) == 2
+    assert [json.loads(line)["training_step"] for line in (out / "metrics.jsonl").open()] == [
+        0, 1, 2, 3, 4]

@@ -222,7 +222,7 @@ def build_run(cfg: Config, start: StartPlan | None = None) -> Run:
     source = build_source(cfg, data, engine, scorer, tokenizer)
     if state is not None:  # before the sink opens the file: drop steps the state does not hold
         JsonlSink.truncate_after(output_dir / "metrics.jsonl", state.step)
-    elif cfg.checkpoint.resume:  # a start over `plan_resume` allowed: no step had trained
+    else:  # a start at step 0 `plan_resume` allowed (resume or not): no step had trained
         JsonlSink.truncate_after(output_dir / "metrics.jsonl", -1)
     traces = TraceWriter(output_dir / "traces") if cfg.logging.save_traces else None
     if traces is not None and state is not None:  # a resumed run redoes the later steps

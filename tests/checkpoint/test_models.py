@@ -5,6 +5,7 @@ import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
 from rlvr.checkpoint import latest_checkpoint, list_checkpoints, save_model_checkpoint
+from rlvr.interrupts import SaveFailed
 
 
 def _model():
@@ -32,9 +33,11 @@ def test_a_crash_mid_save_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
         raise OSError("disk full")
 
     monkeypatch.setattr(LlamaForCausalLM, "save_pretrained", crash)
-    with pytest.raises(OSError):
+    with pytest.raises(SaveFailed, match="the model checkpoint .*step_000002 failed "
+                                         r"\(OSError: disk full\)"):
         save_model_checkpoint(model, None, tmp_path, 2, keep_last_n=3)
     assert list_checkpoints(tmp_path) == [good] and (good / "model.safetensors").exists()
+    assert not list((tmp_path / "checkpoints").glob(".tmp-*"))  # its space given back at once
     monkeypatch.undo()
     save_model_checkpoint(model, None, tmp_path, 3, keep_last_n=3)  # cleans the stale temp dir
     assert not list((tmp_path / "checkpoints").glob(".tmp-*"))

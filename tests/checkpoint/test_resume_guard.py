@@ -220,12 +220,75 @@ def test_an_earlier_run_without_states_is_not_started_over(tmp_path):
         _plan(tmp_path)
     from rlvr.checkpoint.resume import plan_resume
 
-    assert plan_resume(tmp_path, tmp_path / "state", False, 6) is None  # resume=false: fresh
+    with pytest.raises(ResumeRefused, match="resume=false starts a new run"):  # nor fresh
+        plan_resume(tmp_path, tmp_path / "state", False, 6)
     (tmp_path / "metrics.jsonl").write_text('{"training_step": 0}\n')
     assert _plan(tmp_path) is None  # nothing trained yet: starting over loses nothing
     (tmp_path / "final").mkdir()  # a finished shorter run, more steps asked, no state
     with pytest.raises(ResumeRefused, match="its model is in .*continue it to step 6"):
         _plan(tmp_path)
+
+
+def test_resume_false_refuses_a_directory_holding_an_earlier_run(tmp_path):
+    """It was accepted: the new run appended to the old metrics, and keep-last-N (by step
+    number) deleted the new run's states for the old run's, which a rerun then resumed."""
+    from rlvr.checkpoint.resume import plan_resume
+    from rlvr.interrupts import ResumeRefused
+
+    def fresh(out, state_dir=None):
+        return plan_resume(out, state_dir or out / "state", False, 6)
+
+    (tmp_path / "a" / "metrics.jsonl").parent.mkdir()
+    (tmp_path / "a" / "metrics.jsonl").write_text('{"training_step": 0}\n')
+    assert fresh(tmp_path / "a") is None  # only the untrained model's eval: nothing to lose
+    assert fresh(tmp_path / "empty") is None
+    save_state(_state(5), tmp_path / "elsewhere")  # states in checkpoint.checkpoint_state_dir
+    with pytest.raises(ResumeRefused, match=r"holds an earlier one \(1 training state\(s\) in "
+                                            r".*elsewhere\).*Use a new experiment.output_dir"):
+        fresh(tmp_path / "b", tmp_path / "elsewhere")
+    (tmp_path / "c" / "checkpoints" / "step_000003").mkdir(parents=True)  # save_freq, no states
+    with pytest.raises(ResumeRefused, match=r"1 model checkpoint\(s\) in .*c/checkpoints"):
+        fresh(tmp_path / "c")
+    (tmp_path / "d" / "final").mkdir(parents=True)
+    with pytest.raises(ResumeRefused, match="its model is in .*d/final.*delete the earlier"):
+        fresh(tmp_path / "d")
+
+
+def _metrics_to(path, last):
+    (path / "metrics.jsonl").write_text("".join(json.dumps({"training_step": s}) + "\n"
+                                                for s in range(last + 1)))
+
+
+def _final(path, written_ns):
+    (path / "final").mkdir(exist_ok=True)
+    (path / "final" / "rlvr_checkpoint.json").write_text('{"step": "final"}')
+    os.utime(path / "final" / "rlvr_checkpoint.json", ns=(written_ns, written_ns))
+
+
+def test_a_finished_run_whose_last_state_is_older_than_its_last_step_is_finished(tmp_path):
+    """5 steps, a state every 2: the last state is of step 4. The rerun resumed it, trained
+    step 5 again and rewrote final/, where the docs promise "finished" and nothing trained."""
+    from rlvr.checkpoint.resume import plan_resume
+    from rlvr.interrupts import RunFinished
+
+    save_state(_state(4), tmp_path / "state")
+    _metrics_to(tmp_path, 5)
+    logged = (tmp_path / "metrics.jsonl").stat().st_mtime_ns
+    assert _plan(tmp_path, steps=5).step == 4  # no final model: killed before it, resumed
+    _final(tmp_path, logged + 10**9)  # written after the last step was logged
+    with pytest.raises(RunFinished, match="finished: its metrics reach step 5 of 5 and its final"):
+        _plan(tmp_path, steps=5)
+    assert _plan(tmp_path, steps=6).step == 4  # more steps asked: it continues
+    # A final model older than the metrics is an earlier, shorter run's (a longer one died
+    # writing its own): resumed, so the final model gets written, not called finished.
+    _final(tmp_path, logged - 10**9)
+    assert _plan(tmp_path, steps=5).step == 4
+    (tmp_path / "final" / "rlvr_checkpoint.json").unlink()
+    os.rmdir(tmp_path / "final")
+    with pytest.raises(RunFinished, match="its metrics reach step 5 of 5. To train"):
+        plan_resume(tmp_path, tmp_path / "state", True, 5, saves_final=False)
+    _metrics_to(tmp_path, 4)
+    assert plan_resume(tmp_path, tmp_path / "state", True, 5, saves_final=False).step == 4
 
 
 def test_rlvr_train_refuses_unusable_states_in_one_line_before_loading_the_model(tmp_path,

@@ -3,7 +3,8 @@ visible under its final name, and an earlier good copy is never damaged.
 
 A file goes to a temporary sibling, fsynced, then renamed over its target; a directory is built
 under a temporary name, its files fsynced, then renamed into place, and only the newest N of a
-series are kept.
+series are kept. A directory whose write fails is removed, never left half-written, and a failed
+write (disk full, a quota, an I/O error) is told from a bug and stops the run with `SaveFailed`.
 """
 
 from __future__ import annotations
@@ -11,6 +12,11 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from typing import Callable
+
+from safetensors import SafetensorError
+
+from rlvr.interrupts import SaveFailed
 
 
 def write_text_atomic(path: Path, text: str) -> None:
@@ -58,11 +64,52 @@ def publish_dir(tmp: Path, target: Path) -> Path:
         # Move the old copy aside first: at every instant one complete copy exists.
         old = target.parent / f".tmp-old-{target.name}"
         os.replace(target, old)
-        os.replace(tmp, target)
+        try:
+            os.replace(tmp, target)
+        except OSError:
+            os.replace(old, target)  # the old copy back under its name, not left as a temporary
+            raise
         shutil.rmtree(old, ignore_errors=True)
     else:
         os.replace(tmp, target)
     return target
+
+
+def save_dir_atomic(target: Path, fill: Callable[[Path], None], what: str, kept: str) -> Path:
+    """Build `target` by `fill(tmp)` in a fresh temporary sibling and publish it. If anything
+    fails, the temporary is removed: a full disk must not keep the space of a half-written copy.
+    A failed write becomes `SaveFailed`, naming `what` and `target`, the error, and `kept` (the
+    saves left to resume from); any other error (a bug) propagates as it was."""
+    tmp = None
+    try:
+        tmp = fresh_tmp_dir(target)
+        fill(tmp)
+        return publish_dir(tmp, target)
+    except BaseException as e:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        cause = write_failure(e)
+        if cause is None:
+            raise
+        raise SaveFailed(f"writing {what} {target} failed ({cause}); nothing half-written is "
+                         f"left, and {kept}") from e
+
+
+def write_failure(error: BaseException) -> str | None:
+    """What went wrong if `error` is a failed write, in one line; None if it is anything else
+    (a bug, which must keep its traceback). Writers report a failed write in three ways: Python's
+    file calls raise OSError (ENOSPC, EDQUOT, EIO); torch.save raises RuntimeError ("unexpected
+    pos"), chained to the OSError of the file object it was writing; safetensors raises
+    SafetensorError ("I/O error", chained to nothing)."""
+    if isinstance(error, SafetensorError):
+        return _one_line(error) if any(s in str(error) for s in ("I/O error", "IoError")) else None
+    if isinstance(error, RuntimeError):  # torch's writer, failing while its file's OSError flew
+        error = error.__cause__ or error.__context__
+    return _one_line(error) if isinstance(error, OSError) else None
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(f"{type(error).__name__}: {error}".split())
 
 
 def keep_last(series: list[Path], keep_last_n: int) -> None:

@@ -2,7 +2,8 @@
 
 A checkpoint is written into a temporary sibling directory and renamed into place
 (`checkpoint.atomic`), so a crash mid-save never leaves a half-written `step_*` directory and
-never damages an earlier one. Full resumable training state is `checkpoint.state`. A LoRA
+never damages an earlier one; a failed write (disk full) removes its temporary directory and
+stops the run with `SaveFailed`. Full resumable training state is `checkpoint.state`. A LoRA
 policy's checkpoint holds its adapter (PEFT's files, naming the base model) and the tokenizer;
 `checkpoint.adapters` loads or merges it.
 """
@@ -14,21 +15,30 @@ import re
 import time
 from pathlib import Path
 
-from rlvr.checkpoint.atomic import fresh_tmp_dir, keep_last, publish_dir
+from rlvr.checkpoint.atomic import keep_last, save_dir_atomic
 from rlvr.learner.lora import is_lora, save_adapter
 
 
-def _save_atomically(model, tokenizer, target: Path, info: dict) -> Path:
-    tmp = fresh_tmp_dir(target)
-    if is_lora(model):  # the adapter only; `rlvr merge` makes a plain model of it
-        save_adapter(model, tmp)
-        info = {**info, "lora": True}
-    else:
-        model.save_pretrained(tmp, safe_serialization=True)
-    if tokenizer is not None:
-        tokenizer.save_pretrained(tmp)
-    (tmp / "rlvr_checkpoint.json").write_text(json.dumps({**info, "time": time.time()}))
-    return publish_dir(tmp, target)
+def _save_atomically(model, tokenizer, output_dir: Path, target: Path, info: dict,
+                     what: str) -> Path:
+    lora = is_lora(model)  # the adapter only; `rlvr merge` makes a plain model of it
+    info = {**info, "lora": True} if lora else info
+
+    def fill(tmp: Path) -> None:
+        if lora:
+            save_adapter(model, tmp)
+        else:
+            model.save_pretrained(tmp, safe_serialization=True)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(tmp)
+        # Written last: `rlvr.checkpoint.resume` reads its mtime as when the model was complete.
+        (tmp / "rlvr_checkpoint.json").write_text(json.dumps({**info, "time": time.time()}))
+
+    # The model writers are not told the state directory: the message says where it is by default.
+    kept = (f"the saves before it are kept (model checkpoints in {output_dir}/checkpoints, "
+            f"training states in checkpoint.checkpoint_state_dir, by default {output_dir}/state)"
+            ": free space and rerun the same command to resume from the last training state")
+    return save_dir_atomic(target, fill, what, kept)
 
 
 def list_checkpoints(output_dir: Path) -> list[Path]:
@@ -46,10 +56,13 @@ def latest_checkpoint(output_dir: Path) -> Path | None:
 
 def save_model_checkpoint(model, tokenizer, output_dir: Path, step: int, keep_last_n: int) -> Path:
     target = Path(output_dir) / "checkpoints" / f"step_{step:06d}"
-    path = _save_atomically(model, tokenizer, target, {"step": step})
+    path = _save_atomically(model, tokenizer, output_dir, target, {"step": step},
+                            "the model checkpoint")
     keep_last(list_checkpoints(output_dir), keep_last_n)
     return path
 
 
 def save_final_model(model, tokenizer, output_dir: Path) -> Path:
-    return _save_atomically(model, tokenizer, Path(output_dir) / "final", {"step": "final"})
+    output_dir = Path(output_dir)
+    return _save_atomically(model, tokenizer, output_dir, output_dir / "final", {"step": "final"},
+                            "the final model")

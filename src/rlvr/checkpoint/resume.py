@@ -2,11 +2,16 @@
 
 `plan_resume` decides before any model loads or any file is written. A run never starts over
 silently in a directory that holds an earlier run:
+- `checkpoint.resume=false` where an earlier run left trained steps, states, model checkpoints
+  or a final model: `ResumeRefused`, since the two runs' metrics would mix and keep-last-N
+  (by step number) would delete the new run's states for the old run's;
 - states exist but none verifies and loads: `ResumeRefused`, naming each state and what is
   wrong, and the fix (`checkpoint.resume=false` starts fresh, in a new output directory or
   after moving the old one);
-- the earlier run is finished (its last state is of the last step, or without states its
-  metrics reached the last step or its final model is there): `RunFinished`, which says so;
+- the earlier run is finished (its last state is of the last step; its metrics reached the
+  last step and its final model was written after them, as when the last state is older than
+  the last step; or without states its metrics reached the last step or its final model is
+  there): `RunFinished`, which says so;
   but metrics of the last step without the final model the run was to write, and no state to
   write it from, is a run whose weights are lost: `ResumeRefused`, not a finished run;
 - an earlier run's metrics but no state to resume (`checkpoint.checkpoint_state_freq=0` saves
@@ -21,7 +26,8 @@ import json
 import logging
 from pathlib import Path
 
-from rlvr.checkpoint.state import TrainingState, find_latest_state
+from rlvr.checkpoint.models import list_checkpoints
+from rlvr.checkpoint.state import TrainingState, find_latest_state, list_states
 from rlvr.interrupts import ResumeRefused, RunFinished
 
 log = logging.getLogger(__name__)
@@ -39,14 +45,25 @@ def plan_resume(output_dir: Path, state_dir: Path, resume: bool, num_training_st
     `saves_final`: the run ends by writing `final/`, so a last state without it is resumed
     (the crash came between the two), not called finished."""
     if not resume:
+        refuse_earlier_run(output_dir, state_dir)
         return None
     state, rejected = find_latest_state(state_dir)
     if state is not None:
-        if state.step >= num_training_steps and not (saves_final
-                                                     and not (output_dir / "final").is_dir()):
+        final_done = not saves_final or (output_dir / "final").is_dir()
+        if state.step >= num_training_steps and final_done:
             raise RunFinished(f"the run in {output_dir} is finished: its training state is of "
                               f"step {state.step} of {num_training_steps}. To train further, "
                               "raise experiment.total_episodes; to train again, use a new "
+                              "experiment.output_dir")
+        # The last state is older than the last step where checkpoint_state_freq does not
+        # divide the steps: the metrics and the final model say the run ended.
+        last = last_logged_step(output_dir / "metrics.jsonl")
+        if (last is not None and last >= num_training_steps
+                and (not saves_final or final_written_after_metrics(output_dir))):
+            model = f" and its final model is in {output_dir / 'final'}" if saves_final else ""
+            raise RunFinished(f"the run in {output_dir} is finished: its metrics reach step "
+                              f"{last} of {num_training_steps}{model}. To train further, raise "
+                              "experiment.total_episodes; to train again, use a new "
                               "experiment.output_dir")
         return state
     if rejected:
@@ -74,6 +91,42 @@ def plan_resume(output_dir: Path, state_dir: Path, resume: bool, num_training_st
                             f"(checkpoint.checkpoint_state_freq=0 saves none); starting at step "
                             f"0 would mix the two. {fresh_start_hint(output_dir)}")
     return None
+
+
+def refuse_earlier_run(output_dir: Path, state_dir: Path) -> None:
+    """`checkpoint.resume=false` starts a new run at step 0: refused (`ResumeRefused`) where an
+    earlier run left what the new one would mix with or lose to: trained steps in the metrics,
+    training states, model checkpoints or a final model. Metrics of step 0 alone (the untrained
+    model's eval) are cut away by the new run, as a resume that finds nothing trained does."""
+    last = last_logged_step(output_dir / "metrics.jsonl")
+    states, checkpoints = list_states(state_dir), list_checkpoints(output_dir)
+    final = output_dir / "final"
+    evidence = ", ".join(filter(None, [
+        f"its metrics reach step {last}" if last else "",
+        f"{len(states)} training state(s) in {state_dir}" if states else "",
+        f"{len(checkpoints)} model checkpoint(s) in {output_dir / 'checkpoints'}"
+        if checkpoints else "",
+        f"its model is in {final}" if final.is_dir() else ""]))
+    if evidence:
+        raise ResumeRefused(
+            f"checkpoint.resume=false starts a new run, but {output_dir} holds an earlier one "
+            f"({evidence}): the two runs' metrics would mix, and keeping the last "
+            "checkpoint.keep_last_n_states states by step number would delete the new run's "
+            "for the earlier run's. Use a new experiment.output_dir (and "
+            "checkpoint.checkpoint_state_dir, if set), or delete the earlier run's files; to "
+            "continue the earlier run, set checkpoint.resume=true")
+
+
+def final_written_after_metrics(output_dir: Path) -> bool:
+    """`final/` holds the model of the run's last logged step: it is complete (published whole,
+    its `rlvr_checkpoint.json` written last) and was written after the last metrics line. A
+    final model older than the metrics is an earlier, shorter run's, left when a longer one
+    died writing its own: that run is resumed, not called finished."""
+    marker, metrics = output_dir / "final" / "rlvr_checkpoint.json", output_dir / "metrics.jsonl"
+    if not marker.is_file() or not metrics.is_file():
+        return False
+    # >=: on a filesystem with coarse timestamps both may carry the same second.
+    return marker.stat().st_mtime_ns >= metrics.stat().st_mtime_ns
 
 
 def last_logged_step(path: Path) -> int | None:

@@ -3,8 +3,10 @@
 A state is written into a temporary directory and renamed into place (`checkpoint.atomic`),
 with a manifest of SHA-256 checksums written before the rename: a crash mid-save leaves no half
 state behind, and a state whose files do not match their manifest is skipped on resume (with a
-warning) in favour of the one before. The run is reproducible step by step (sampling seeds
-derive from the step), so restoring these objects continues the exact same run.
+warning) in favour of the one before. A save that fails to write (disk full) removes its
+temporary directory and stops the run with `SaveFailed`, naming the state kept before it. The
+run is reproducible step by step (sampling seeds derive from the step), so restoring these
+objects continues the exact same run.
 
 The learner's part comes in one of two formats (`checkpoint.state_format`). Full: gathered on
 rank 0 and written here as `policy.safetensors`, `reference.safetensors` and inside
@@ -36,7 +38,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from rlvr.checkpoint.atomic import fresh_tmp_dir, keep_last, publish_dir
+from rlvr.checkpoint.atomic import keep_last, save_dir_atomic
 from rlvr.checkpoint.safe_load import UnsafeStateFile, load_data
 
 log = logging.getLogger(__name__)
@@ -100,15 +102,27 @@ def _contiguous(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 def save_state(state: TrainingState, state_dir: Path, keep_last_n: int = 2) -> Path:
     target = Path(state_dir) / f"step_{state.step:06d}"
-    tmp = fresh_tmp_dir(target)
+    before = [p for p in list_states(state_dir) if p != target]
+    kept = (f"the last training state before it is kept: {before[-1]}" if before else
+            f"no earlier training state is in {state_dir}")
+    save_dir_atomic(target, lambda tmp: _write_state(state, tmp), "the training state",
+                    f"{kept}: free space and rerun the same command to resume")
+    keep_last(list_states(state_dir), keep_last_n)
+    return target
+
+
+def _write_state(state: TrainingState, tmp: Path) -> None:
     if state.write_learner is not None:
         state.write_learner(tmp / LEARNER_DIR)
     else:
         save_file(_contiguous(state.policy), tmp / "policy.safetensors")
     if state.reference is not None:
         save_file(_contiguous(state.reference), tmp / "reference.safetensors")
-    torch.save({"optimizer": state.optimizer, "scheduler": state.scheduler, "rng": state.rng,
-                "mixer": state.mixer}, tmp / "trainer.pt")
+    # Through a file object: a failed write then raises torch's error chained to the OSError
+    # (ENOSPC) that says what failed; given a path, torch reports only "unexpected pos".
+    with open(tmp / "trainer.pt", "wb") as f:
+        torch.save({"optimizer": state.optimizer, "scheduler": state.scheduler, "rng": state.rng,
+                    "mixer": state.mixer}, f)
     (tmp / "progress.json").write_text(json.dumps({"step": state.step, "episode": state.episode,
                                                    "policy_version": state.policy_version}))
     if state.ahead:
@@ -117,9 +131,6 @@ def save_state(state: TrainingState, state_dir: Path, keep_last_n: int = 2) -> P
     files = sorted(p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file())
     manifest = {name: _sha256(tmp / name) for name in files}
     (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
-    publish_dir(tmp, target)
-    keep_last(list_states(state_dir), keep_last_n)
-    return target
 
 
 _STATE_NAME = re.compile(r"step_(\d+)")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import string
+from pathlib import Path
 
 from rlvr.config.ranges import range_errors
 from rlvr.config.schema import (ConfigError, JudgeConfig, RewardsConfig, RolloutConfig, Config)
@@ -271,6 +272,29 @@ def _check_lora(errors: list[str], cfg: Config) -> None:
                       "algorithm.ref_policy_update_freq=null, or model.lora.rank=0")
 
 
+def _check_state_dir(errors: list[str], cfg: Config) -> None:
+    """Training states and model checkpoints both name their entries step_NNNNNN, and every
+    save replaces its folder whole: states in or under `checkpoints/` or `final/` would replace
+    model saves or be deleted with them (keep_last_n_checkpoints), and a run directory inside a
+    state's step_NNNNNN folder would go with that state."""
+    if not cfg.checkpoint.checkpoint_state_dir:
+        return
+    state_dir = Path(cfg.checkpoint.checkpoint_state_dir).resolve()
+    output_dir = Path(cfg.experiment.output_dir).resolve()
+    given = Path(cfg.experiment.output_dir)
+    models = [given / m for m in ("checkpoints", "final")
+              if state_dir == output_dir / m or output_dir / m in state_dir.parents]
+    if state_dir in output_dir.parents and re.fullmatch(
+            r"step_\d+", output_dir.relative_to(state_dir).parts[0]):
+        models = [given]
+    if models:
+        errors.append(f"checkpoint.checkpoint_state_dir={cfg.checkpoint.checkpoint_state_dir} "
+                      f"collides with the model saves in {models[0]}: states and model "
+                      "checkpoints share step_NNNNNN names and each save replaces its folder "
+                      "whole, so one would replace or delete the other; give the states a folder "
+                      "of their own (default: <experiment.output_dir>/state)")
+
+
 def warnings_for(cfg: Config) -> list[str]:
     """Settings that work but deserve a loud line at start."""
     out = []
@@ -314,6 +338,7 @@ def validate(cfg: Config) -> None:
                       f"model.attn_implementation={cfg.model.attn_implementation} (whole "
                       "sequences only) cannot confine: use sdpa, eager, flex or auto")
     _choice(errors, "checkpoint.state_format", cfg.checkpoint.state_format, {"full", "sharded"})
+    _check_state_dir(errors, cfg)
     _check_gpu_settings(errors, cfg)
     _check_mini_batches(errors, cfg)
     _check_lora(errors, cfg)

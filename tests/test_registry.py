@@ -101,11 +101,12 @@ def test_a_loss_carries_its_normalization_unit():
 
 def test_a_verifier_carries_its_ground_truth_check():
     from rlvr.rewards.gsm8k import parse_gold_number
+    from rlvr.rewards.math import check_ground_truth
     from rlvr.rewards.registry import ground_truth_check, register_verifier
 
     assert ground_truth_check("gsm8k") is parse_gold_number
     assert ground_truth_check("last_number") is parse_gold_number
-    assert ground_truth_check("math") is None  # math registers no check
+    assert ground_truth_check("math") is check_ground_truth  # refuses an empty or list truth
     assert ground_truth_check("some.module:verify") is None  # not imported to find out
     with pytest.raises(ValueError, match="already registered"):
         register_verifier("gsm8k", ground_truth_check=len)(lambda completion, truth: 0.0)

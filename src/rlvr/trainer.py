@@ -334,7 +334,10 @@ def _finish_step(run: Run, stop: StopOnSignal, step: int, metrics: dict[str, flo
 def _log_start(run: Run) -> None:
     """Step 0: data counts and the untrained model's eval, the baseline of the curve."""
     start = {"data/dropped_too_long": float(run.data.num_dropped_too_long),
-             "data/bad_rows": float(run.data.num_bad_rows)}
+             "data/bad_rows": float(run.data.num_bad_rows),
+             # eval prompts also in the training set (a warning at load; `rlvr.data.overlap`)
+             **{f"data/eval_overlap/{name}": float(n)
+                for name, n in run.data.eval_overlap.items()}}
     if run.cfg.eval.eval_at_start and run.data.eval_prompts:
         start.update(run_eval(run, 0))
     start["time/elapsed"] = time.perf_counter() - run.started

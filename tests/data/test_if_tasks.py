@@ -47,7 +47,7 @@ def test_generated_sizes_and_checks():
     assert (len(train), len(test)) == (2000, 200)
     for row in train + test:
         assert row.verifiers == ("ifeval",)
-        assert 1 <= len(ground_truth_check("ifeval")(row.ground_truth)) <= 2
+        assert 2 <= len(ground_truth_check("ifeval")(row.ground_truth)) <= 3  # the topic gate too
 
 
 def test_generated_is_deterministic_per_seed():
@@ -71,7 +71,8 @@ def satisfying_answer(constraints) -> str:
     """An answer meeting every constraint the generator can produce (KeyError on a new one, so
     adding a template without teaching this function fails the test)."""
     by_id = {c.id: c.kwargs for c in constraints}
-    known = {"punctuation:no_comma", "length_constraints:number_words", "keywords:existence",
+    known = {"rlvr:topic",
+             "punctuation:no_comma", "length_constraints:number_words", "keywords:existence",
              "keywords:frequency", "keywords:forbidden_words", "startend:end_checker",
              "change_case:english_lowercase", "change_case:english_capital", "startend:quotation",
              "length_constraints:number_sentences", "detectable_content:postscript",
@@ -79,7 +80,7 @@ def satisfying_answer(constraints) -> str:
              "detectable_content:number_placeholders",
              "detectable_format:number_highlighted_sections"}
     assert set(by_id) <= known, set(by_id) - known
-    words = ["this", "is", "a", "note", "about", "the", "sea"]
+    words = ["this", "is", "a", "note", "about", by_id["rlvr:topic"]["topic_words"][0]]
     words += by_id.get("keywords:existence", {"keywords": []})["keywords"]
     if "keywords:frequency" in by_id:
         words += [by_id["keywords:frequency"]["keyword"]] * by_id["keywords:frequency"]["frequency"]

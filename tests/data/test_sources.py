@@ -128,3 +128,45 @@ def test_remap_verifier_renames_row_verifiers():
                      max_prompt_length=200)
     bundle = build_datasets(cfg, FakeTokenizer(), seed=0, remap_verifier={"last_number": "gsm8k"})
     assert {p.verifiers for p in bundle.eval_prompts} == {("gsm8k",)}
+
+
+def test_a_training_source_whose_every_prompt_is_too_long_is_refused_by_name(tmp_path):
+    """One such source among others left the mix in silence (its weight given to the rest);
+    alone, the holdout's check ran first and blamed data.eval_holdout."""
+    import json
+
+    from rlvr.data.errors import DataError
+
+    long_rows = tmp_path / "long.jsonl"
+    long_rows.write_text("".join(json.dumps({"prompt": "word " * 400, "ground_truth": "1",
+                                             "dataset": "last_number"}) + "\n"
+                                 for _ in range(5)))
+    mixed = DataConfig(train=[DataSourceConfig(name="addition"),
+                              DataSourceConfig(name=str(long_rows), weight=9.0)],
+                       eval_holdout=4, max_prompt_length=200)
+    with pytest.raises(DataError, match=r"long\.jsonl.*every prompt is longer than "
+                                        r"data.max_prompt_length=200"):
+        build_datasets(mixed, FakeTokenizer(), seed=0)
+    alone = DataConfig(train=[DataSourceConfig(name="addition")], eval_holdout=8,
+                       max_prompt_length=5)
+    with pytest.raises(DataError, match="data.max_prompt_length=5"):
+        build_datasets(alone, FakeTokenizer(), seed=0)
+
+
+def test_a_source_that_is_not_a_regular_file_is_refused(tmp_path):
+    """A link to /dev/zero was read forever, one endless oversized line skipped piece by piece."""
+    from rlvr.data.errors import DataError
+
+    zero = tmp_path / "zero.jsonl"
+    zero.symlink_to("/dev/zero")
+    with pytest.raises(DataError, match="is not a regular file"):
+        load_source(DataSourceConfig(name=str(zero)), seed=0)
+
+
+def test_a_mixer_whose_every_prompt_is_retired_says_so_as_no_learning_signal():
+    from rlvr.interrupts import NoLearningSignal
+
+    mixer = PromptMixer([("a", _prompts("a", 3), 1.0)], seed=0)
+    mixer.retire([p.id for p in _prompts("a", 3)])
+    with pytest.raises(NoLearningSignal, match="every prompt of source 'a' is retired"):
+        mixer.next_batch(1)

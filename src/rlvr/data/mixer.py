@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 
+from rlvr.interrupts import NoLearningSignal
 from rlvr.types import Prompt
 
 
@@ -44,8 +45,10 @@ class PromptMixer:
             self._positions[i] += 1
             if prompt.id not in self.retired:
                 return prompt
-        raise RuntimeError(f"every prompt of source '{self.sources[i][0]}' is retired "
-                           "(no_resampling_pass_rate): nothing left to train on")
+        # Solved, all of them: the run has nothing left to learn from (exit 6, state saved).
+        raise NoLearningSignal(f"every prompt of source '{self.sources[i][0]}' is retired, "
+                               "solved at algorithm.no_resampling_pass_rate: nothing left to "
+                               "train on")
 
     def retire(self, prompt_ids: list[str]) -> None:
         self.retired.update(prompt_ids)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import logging
+import math
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -165,6 +167,8 @@ def _messages(row: dict, src: DataSourceConfig, where: tuple[str, int]) -> tuple
 
 
 def _ground_truth(row: dict, src: DataSourceConfig, where: tuple[str, int]) -> str:
+    """The row's ground truth as the text verifiers read: a string as is, a number as written
+    in plain digits, a list as JSON (only verifiers that take a list get one: `_check_list`)."""
     value = row.get(src.ground_truth_field)
     if value is None:
         raise DataError(*where, src.ground_truth_field, "missing")
@@ -173,7 +177,50 @@ def _ground_truth(row: dict, src: DataSourceConfig, where: tuple[str, int]) -> s
                         f"expected a string, number or list, got {type(value).__name__}")
     if isinstance(value, list):
         return json.dumps(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):  # JSON's NaN/Infinity: no verifier can equal it
+            raise DataError(*where, src.ground_truth_field, f"{value} is not a finite number")
+        return plain_number(value)
     return str(value)
+
+
+def plain_number(value: float) -> str:
+    """`value` in positional digits, never an exponent: str(1e16) is "1e+16", which `gsm8k`
+    read as 16 and `math` as e + 16. repr is the shortest text that reads back as the same
+    float, so 0.1 stays "0.1" (Decimal(0.1) would spell out its binary error), 5e-05 gives
+    "0.00005" and 1e16 "10000000000000000"; 3.0 stays "3.0"."""
+    return format(Decimal(repr(value)), "f")
+
+
+# rlvr's verifiers whose docs define a JSON-list ground truth: `ifeval` (its constraints),
+# `string_f1` (its labels), `code` (its tests). Every other verifier of rlvr reads one answer
+# and would read a list's JSON text as one: `gsm8k` took ["3", "4"] as 4, `math` paid
+# \boxed{3, 4}, `string_matcher` ran the labels together and paid none of them.
+LIST_GROUND_TRUTH_VERIFIERS = frozenset({"ifeval", "string_f1", "code"})
+
+
+def _takes_list(name: str) -> bool:
+    """Whether verifier `name` (canonical) may get a list ground truth: the verifiers above,
+    and verifiers written outside rlvr ('module:function' or registered by a user's module),
+    whose own code says what the list's JSON text means."""
+    from rlvr.rewards.registry import VERIFIERS
+
+    if name in LIST_GROUND_TRUTH_VERIFIERS or ":" in name:
+        return True
+    entry = VERIFIERS.get(name)
+    return entry is not None and not entry.score.__module__.startswith("rlvr.")
+
+
+def _check_list(row: dict, verifiers: tuple[str, ...], src: DataSourceConfig,
+                where: tuple[str, int]) -> None:
+    if not isinstance(row.get(src.ground_truth_field), list):
+        return
+    for name in verifiers:
+        if not _takes_list(name):
+            raise DataError(*where, src.ground_truth_field,
+                            f"a list, but the '{name}' verifier reads one answer, not a list "
+                            f"(lists are for {', '.join(sorted(LIST_GROUND_TRUTH_VERIFIERS))}): "
+                            "give the one answer as a string or number")
 
 
 def _verifiers(row: dict, src: DataSourceConfig, where: tuple[str, int]) -> tuple[str, ...]:
@@ -201,6 +248,7 @@ def row_to_example(row: Any, src: DataSourceConfig, source: str, index: int) -> 
                       ground_truth=_ground_truth(row, src, where),
                       verifiers=_verifiers(row, src, where), source=src.name,
                       metadata_json=_metadata(row, src, where))
+    _check_list(row, example.verifiers, src, where)
     _check_ground_truth(example, src, where)
     return example
 
@@ -253,9 +301,11 @@ def read_rows(src: DataSourceConfig, max_row_bytes: int = DEFAULT_MAX_ROW_BYTES
               ) -> Iterator[tuple[int, Any]]:
     path = Path(src.name)
     if src.name.startswith("hf:") or path.is_dir():
-        return iter_datasets(src.name, src.split, max_row_bytes)
+        return iter_datasets(src.name, src.split or "train", max_row_bytes)
     if not path.exists():
         raise DataError(src.name, None, None, "no such file, directory or built-in dataset")
+    if not path.is_file():  # a device or a pipe (/dev/zero) would be read forever
+        raise DataError(src.name, None, None, "is not a regular file")
     if path.suffix in (".jsonl", ".json"):
         return iter_jsonl(path, max_row_bytes)
     if path.suffix == ".parquet":

@@ -6,7 +6,9 @@ Numbers are compared as floats within an absolute 1e-6, so `18.00` matches `18` 
 repeating decimal's last digit may differ, but integers only when equal: a relative tolerance
 would pay 1000001 for 1,000,000.
 
-Not a symbolic checker: `1/2` reads as the number 2 here; use the `math` verifier for that.
+Not a symbolic checker: `1/2` in an answer reads as the number 2 here, and a ground truth must
+hold exactly one plain number (`1/2` or `1e+16` there is refused at load); use the `math`
+verifier for fractions and expressions.
 A regex is all this needs; math-verify would be 100x slower for the same answer on plain numbers.
 
 The anti-hedging rule (as for `math`): an answer that offers alternatives scores 0 even if one is
@@ -59,11 +61,21 @@ def is_hedge(text: str) -> bool:
 
 
 def parse_gold_number(ground_truth: str) -> float:
-    """The number a ground truth holds: bare (`72`) or GSM8K's solution ending in `#### 72`."""
-    value = parse_last_number(ground_truth.rpartition("####")[2])
-    if value is None:
+    """The number a ground truth holds: bare (`72`) or GSM8K's solution ending in `#### 72`.
+    ValueError unless exactly one number is there (after the last `####` where there is one):
+    taking the last of several would grade `1/2` as 2, `1 000` as 0, `1e+16` as 16 and the
+    list `["3", "4"]` as 4, so the row is refused at load instead (all 8,792 GSM8K solutions
+    hold one number after `####`)."""
+    answer = ground_truth.rpartition("####")[2]
+    numbers = _NUMBER.findall(answer)
+    if not numbers:
         raise ValueError(f"ground truth {ground_truth[:80]!r} holds no number")
-    return value
+    if len(numbers) > 1:
+        raise ValueError(f"ground truth {ground_truth[:80]!r} holds {len(numbers)} numbers "
+                         f"({', '.join(numbers[:4])}), not one: a fraction, a list, a number in "
+                         "scientific notation or with space-separated thousands is not read "
+                         "(use the `math` verifier, or write the number plainly)")
+    return float(numbers[0].replace(",", "").replace("\u2212", "-"))
 
 
 def last_number_answer(completion: str) -> str | None:

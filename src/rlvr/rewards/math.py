@@ -34,6 +34,7 @@ use, so importing this module stays cheap.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from dataclasses import dataclass
@@ -90,6 +91,17 @@ def last_boxed(text: str) -> str | None:
         return None  # the last box is unbalanced: the answer was cut off, there is nothing to grade
     start, end = boxes[-1]
     return text[text.index("{", start) + 1:end - 1]
+
+
+def boxed_contents(text: str) -> list[str]:
+    """The content of each closed, top-level `\\boxed{...}` / `\\fbox{...}` of `text`, in order."""
+    return [text[text.index("{", start) + 1:end - 1] for start, end in _boxes(text)]
+
+
+def box_gaps(text: str) -> list[str]:
+    """The text between each two neighbouring top-level boxes of `text` ("$ or $x = ")."""
+    boxes = _boxes(text)
+    return [text[before[1]:after[0]] for before, after in zip(boxes, boxes[1:])]
 
 
 def _boxes(text: str) -> list[tuple[int, int]]:
@@ -197,10 +209,33 @@ def number_alternatives_cover(text: str, position: int, with_or: bool = False) -
 
 
 def gold_latex(ground_truth: str) -> str:
-    """A ground truth in the form math-verify parses: bare LaTeX is wrapped in `$...$`."""
+    """A ground truth in the form math-verify parses: whitespace runs made one space (it reads
+    only the last number of a `$...$` that spans lines: MATH's `\\n\\begin{pmatrix} 0 & 3 \\\\ 0
+    & -1 \\end{pmatrix}\\n` was -1), and bare LaTeX wrapped in `$...$`."""
+    ground_truth = " ".join(ground_truth.split())
     if "\\boxed" in ground_truth or _UNESCAPED_DOLLAR.search(ground_truth):
         return ground_truth  # already delimited
     return f"${ground_truth}$"
+
+
+def check_ground_truth(ground_truth: str) -> str:
+    """The load-time check of a `math` ground truth (cheap: no Math-Verify): ValueError for one
+    that holds nothing (a MATH solution's `\\boxed{}` gives one) or that is a JSON list
+    other than a pair of numbers. `["3", "4"]` is a list of answers written by a reader, which
+    Math-Verify would read as an interval; `[0, 25]` is MATH's closed interval and stays."""
+    if not ground_truth.strip():
+        raise ValueError("the math ground truth is empty")
+    if ground_truth.lstrip().startswith("["):
+        try:
+            value = json.loads(ground_truth)
+        except (ValueError, RecursionError):
+            return ground_truth  # LaTeX such as "[0, 1)": not JSON
+        is_interval = (isinstance(value, list) and len(value) == 2
+                       and all(type(v) in (int, float) for v in value))
+        if isinstance(value, list) and not is_interval:
+            raise ValueError(f"the math ground truth {ground_truth[:80]!r} is a JSON list: "
+                             "math grades one answer (a set is LaTeX: \"3, 4\")")
+    return ground_truth
 
 
 @lru_cache(maxsize=1)
@@ -225,7 +260,7 @@ def _equal(gold: list, answer: list) -> bool:
 def _parse_gold(ground_truth: str) -> list:
     # parse/verify swallow their own errors (returning [] / False) unless asked to raise; an
     # unparseable candidate is a wrong answer, but an unparseable ground truth is a data bug.
-    gold = _parse(gold_latex(ground_truth))
+    gold = _parse(gold_latex(check_ground_truth(ground_truth)))
     if not gold:
         raise ValueError(f"math-verify cannot parse the ground truth {ground_truth[:80]!r}")
     return gold
@@ -328,13 +363,14 @@ def strict_math_answer(completion: str) -> str | None:
     return values.pop() if len(values) == 1 else None
 
 
-@register_verifier("math", answer_extractor=math_answer)
+@register_verifier("math", ground_truth_check=check_ground_truth, answer_extractor=math_answer)
 def verify_math(completion: str, ground_truth: str) -> float:
     """1.0 if the answer equals the ground truth under Math-Verify and is no hedge, else 0.0."""
     return score_math(completion, ground_truth)
 
 
-@register_verifier("strict_math", answer_extractor=strict_math_answer)
+@register_verifier("strict_math", ground_truth_check=check_ground_truth,
+                   answer_extractor=strict_math_answer)
 def verify_strict_math(completion: str, ground_truth: str) -> float:
     """`math`, but only a boxed or "answer is" answer counts: a model cannot be paid for a
     right number it merely wrote last."""

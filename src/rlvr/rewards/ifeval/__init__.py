@@ -1,5 +1,6 @@
 """Instruction following: IFEval's and IFBench's verifiable constraints, checked offline, and the
-`ifeval` verifier that scores a completion by the fraction of them it meets.
+`ifeval` verifier that scores a completion by the fraction of them it meets (0 if it misses a
+gate: rlvr's `rlvr:topic`, the answer names the task's topic).
 
 Importing this package registers the `ifeval` verifier, its ground-truth check and every
 constraint checker. It needs only the standard library (no nltk, spaCy, langdetect or torch),
@@ -11,8 +12,10 @@ from rlvr.rewards.ifeval import constraints_ifbench as _ifbench  # noqa: F401  (
 from rlvr.rewards.ifeval import constraints_ifbench_layout as _layout  # noqa: F401  (registers)
 from rlvr.rewards.ifeval import constraints_ifbench_ratio as _ratio  # noqa: F401  (registers)
 from rlvr.rewards.ifeval import constraints_ifbench_words as _words  # noqa: F401  (registers)
+from rlvr.rewards.ifeval import constraints_topic as _topic  # noqa: F401  (registers)
 from rlvr.rewards.ifeval.constraints import CONSTRAINTS, check_kwargs, get_checker
-from rlvr.rewards.ifeval.verifier import (Constraint, constraints_met,
+from rlvr.rewards.ifeval.constraints_topic import TOPIC_ID
+from rlvr.rewards.ifeval.verifier import (GATES, Constraint, constraints_met,
                                           constraints_to_ground_truth, parse_constraints,
                                           verify_ifeval)
 
@@ -30,5 +33,6 @@ IFEVAL_IDS = (
     "change_case:english_lowercase", "punctuation:no_comma",
 )  # Google's IFEval list, all 25 supported
 
-__all__ = ["CONSTRAINTS", "IFEVAL_IDS", "Constraint", "check_kwargs", "constraints_met",
-           "constraints_to_ground_truth", "get_checker", "parse_constraints", "verify_ifeval"]
+__all__ = ["CONSTRAINTS", "GATES", "IFEVAL_IDS", "TOPIC_ID", "Constraint", "check_kwargs",
+           "constraints_met", "constraints_to_ground_truth", "get_checker", "parse_constraints",
+           "verify_ifeval"]

@@ -1,4 +1,5 @@
-"""The `ifeval` verifier: the fraction of a row's instruction constraints the answer meets.
+"""The `ifeval` verifier: the fraction of a row's instruction constraints the answer meets, or 0
+if it misses a gate (`GATES`: `rlvr:topic`, the answer names the task's topic).
 
 A ground truth is JSON naming constraints by IFEval/IFBench id with their keyword arguments, in
 any of three shapes, so rows from our generator, IFEval/IFBench files and open-instruct's data
@@ -18,6 +19,12 @@ no letter or digit (`format.has_letter_or_digit`), not just whitespace: "\\u200b
 filler or a lone "." would otherwise meet every negative constraint of a row.
 Partial credit (the fraction met) rather than all-or-nothing gives a small model's group of
 samples different rewards more often, which is what GRPO learns from.
+
+A gate is not one more constraint in the fraction: the constraints check form, and an answer
+that never does the task can meet them all (`constraints_topic`). So a missed gate scores 0,
+and a met one earns nothing by itself: the score is the fraction of the *other* constraints
+met (1 if the row has no other). A gate is an ordinary entry of the constraint list, so the
+ground truth keeps its one shape.
 """
 
 from __future__ import annotations
@@ -28,7 +35,11 @@ from typing import Any
 
 from rlvr.rewards.format import has_letter_or_digit, strip_thinking
 from rlvr.rewards.ifeval.constraints import check_kwargs, get_checker
+from rlvr.rewards.ifeval.constraints_topic import TOPIC_ID
 from rlvr.rewards.registry import register_verifier
+
+# Constraints an answer must meet to score at all (module docstring).
+GATES = frozenset({TOPIC_ID})
 
 
 @dataclass(frozen=True)
@@ -116,6 +127,10 @@ def constraints_met(completion: str, constraints: list[Constraint]) -> list[bool
 
 @register_verifier("ifeval", ground_truth_check=parse_constraints)
 def verify_ifeval(completion: str, ground_truth: str) -> float:
-    """The fraction of the ground truth's constraints that the completion's answer meets."""
-    met = constraints_met(completion, parse_constraints(ground_truth))
-    return sum(met) / len(met)
+    """0 if the answer misses a gate, else the fraction of the other constraints it meets."""
+    constraints = parse_constraints(ground_truth)
+    met = constraints_met(completion, constraints)
+    if not all(m for c, m in zip(constraints, met) if c.id in GATES):
+        return 0.0
+    graded = [m for c, m in zip(constraints, met) if c.id not in GATES]
+    return sum(graded) / len(graded) if graded else 1.0

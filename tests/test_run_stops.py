@@ -160,3 +160,26 @@ def test_the_stop_says_why_the_rewards_were_flat(tmp_path, rewards, why):
     message = _no_signal_message(run, 7, Streaks(without_signal=2, rewards_without_signal=rewards),
                                  2)
     assert why in message and "step 7" in message and "max_steps_without_update" in message
+
+
+def test_every_prompt_retired_stops_with_exit_6_and_the_last_state(tmp_path, monkeypatch,
+                                                                    capsys):
+    """Once every prompt was retired as solved, the mixer raised a bare RuntimeError: a
+    traceback, exit 1, and no state of the steps since the last one saved."""
+    (tmp_path / "stops_always_right.py").write_text(
+        "def score(completion, ground_truth):\n    return 1.0\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    data = tmp_path / "eight.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"{i} + 1?", "ground_truth": str(i + 1),
+                                        "dataset": "stops_always_right:score"}) + "\n"
+                            for i in range(12)))
+    out = tmp_path / "run"
+    code = main(["train", *TINY, f"data.train=[{{name: {data}}}]", "data.eval_holdout=4",
+                 "rewards.custom_verifiers=[stops_always_right:score]",
+                 "algorithm.no_resampling_pass_rate=0.5", "checkpoint.checkpoint_state_freq=0",
+                 f"experiment.output_dir={out}"])
+    err = capsys.readouterr().err
+    assert code == 6, err
+    assert "is retired, solved at algorithm.no_resampling_pass_rate" in err
+    assert "the training state of step 2 is in" in err and "Traceback" not in err
+    assert load_latest_state(out / "state").step == 2  # 8 prompts, 4 a step: step 3 had none

@@ -31,16 +31,33 @@ log = logging.getLogger(__name__)
 
 
 def stop_if_engine_fault(run: Run, step: int, error: Exception, step_done: bool = False,
-                          at_start: tuple[dict, dict] | None = None) -> None:
+                         at_start: tuple[dict, dict] | None = None) -> None:
     """Re-raise `error`, unless an engine fault is behind it (`rlvr.faults.engine_fault`: no
     server left, one hung or answering garbage, an engine actor dead): then stop as
-    `stop_after_engine_loss` does."""
+    `stop_after_engine_loss` does; or the prompts ran out (`NoLearningSignal` from the mixer:
+    every prompt retired as solved): then the last good state is saved first, as for the
+    engine."""
     fault = engine_fault(error)
     if fault is None:
-        raise error
+        exhausted = _in_chain(error, NoLearningSignal)
+        if exhausted is None:
+            raise error
+        where = save_last_good_state(run, step, step_done, at_start)
+        raise NoLearningSignal(f"{exhausted}; {where}") from error
     if isinstance(error, UnsyncedStep):
         keep_unsynced_step(run, step, error.metrics)
     stop_after_engine_loss(run, step, fault, step_done, at_start)
+
+
+def _in_chain(error: BaseException | None, kind: type) -> BaseException | None:
+    """The first `kind` in `error`'s chain (itself, its cause or its context), or None."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, kind):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
 
 
 class UnsyncedStep(Exception):
@@ -68,26 +85,31 @@ def keep_unsynced_step(run: Run, step: int, metrics: dict[str, float]) -> None:
 
 
 def stop_after_engine_loss(run: Run, step: int, error: BaseException,
-                            step_done: bool = False,
-                            at_start: tuple[dict, dict] | None = None) -> None:
-    """No engine is left (every inference server gone): save the state of the last step whose
-    update the learner holds, which is `step` itself when only the weight sync after its
-    update failed or the step was done (`step_done`: its eval failed), and stop naming the
-    servers and the state. A state of `step - 1` starts from `at_start` (the mixer before
-    `step` drew its prompts, so a resume draws them again), and one saved already for that
-    step is kept as it is."""
-    done = step if step_done or run.last_update_step == step else step - 1
-    if done > run.start_step:
-        if done == step and not step_done:  # the update landed; the engines never received it
-            run.policy_version += 1
-        if not (done == step - 1 and has_state(run, done)):
-            save_state(capture_state(run, done, at_start=at_start if done == step - 1 else None),
-                       run.state_dir, run.cfg.checkpoint.keep_last_n_states)
-        where = f"the training state of step {done} is in {run.state_dir}"
-    else:
-        where = f"no step finished since the last state in {run.state_dir}"
+                           step_done: bool = False,
+                           at_start: tuple[dict, dict] | None = None) -> None:
+    """No engine is left (every inference server gone): save the last good state
+    (`save_last_good_state`) and stop naming the servers and the state."""
+    where = save_last_good_state(run, step, step_done, at_start)
     raise EngineLost(f"step {step}: {error}; {where}: start the servers again and rerun the "
                      "same command to resume") from error
+
+
+def save_last_good_state(run: Run, step: int, step_done: bool = False,
+                         at_start: tuple[dict, dict] | None = None) -> str:
+    """Save the state of the last step whose update the learner holds, which is `step` itself
+    when only the weight sync after its update failed or the step was done (`step_done`: its
+    eval failed); say where it is. A state of `step - 1` starts from `at_start` (the mixer
+    before `step` drew its prompts, so a resume draws them again), and one saved already for
+    that step is kept as it is."""
+    done = step if step_done or run.last_update_step == step else step - 1
+    if done <= run.start_step:
+        return f"no step finished since the last state in {run.state_dir}"
+    if done == step and not step_done:  # the update landed; the engines never received it
+        run.policy_version += 1
+    if not (done == step - 1 and has_state(run, done)):
+        save_state(capture_state(run, done, at_start=at_start if done == step - 1 else None),
+                   run.state_dir, run.cfg.checkpoint.keep_last_n_states)
+    return f"the training state of step {done} is in {run.state_dir}"
 
 
 def stop_between_steps(run: Run, stop: StopOnSignal, last_step: int) -> None:

@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -255,3 +256,99 @@ def test_a_slurm_run_with_bad_data_writes_no_job_files(tmp_path, TINY):
     with pytest.raises(DataError, match="row 40 field 'ground_truth': missing"):
         prepare(cfg)
     assert not (tmp_path / "run").exists()
+
+
+@pytest.fixture
+def no_model_loads(monkeypatch):
+    """Loading the policy fails the test: these cases must stop before it."""
+    import rlvr.build
+
+    monkeypatch.setattr(rlvr.build, "load_causal_lm",
+                        lambda *a, **k: pytest.fail("the model loaded before the check"))
+
+
+@pytest.mark.parametrize("where", ["output_dir", "a parent", "state_dir", "default state"])
+def test_a_file_where_a_run_directory_goes_stops_before_the_model_loads(
+        tmp_path, capsys, TINY, no_model_loads, where):
+    """A file as experiment.output_dir failed at mkdir after the model loaded (FileExistsError,
+    exit 1); as checkpoint.checkpoint_state_dir, at the first state save after a step trained."""
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    run, field = tmp_path / "run", "experiment.output_dir"
+    args = {"output_dir": [f"experiment.output_dir={afile}"],
+            "a parent": [f"experiment.output_dir={afile / 'run'}"],
+            "state_dir": [f"experiment.output_dir={run}",
+                          f"checkpoint.checkpoint_state_dir={afile}"],
+            "default state": [f"experiment.output_dir={run}"]}[where]
+    if where == "state_dir":
+        field = "checkpoint.checkpoint_state_dir"
+    if where == "default state":
+        run.mkdir()
+        (run / "state").write_text("x")
+    _fails(capsys, ["train", TINY, *args, "checkpoint.checkpoint_state_freq=1"], field,
+           "exists and is not a directory")
+    assert afile.read_text() == "x" and not (run / "config.yaml").exists()
+
+
+def test_a_name_longer_than_the_filesystem_allows_stops_before_the_model_loads(
+        tmp_path, capsys, TINY, no_model_loads):
+    long = tmp_path / ("n" * 300) / "run"  # "File name too long" at mkdir, after the model
+    _fails(capsys, ["train", TINY, f"experiment.output_dir={long}"], "experiment.output_dir",
+           "is 300 bytes long; this filesystem allows at most")
+
+
+def _short_model(tmp_path, tiny_model_dir, positions: int) -> str:
+    """A GPT-2 config of `positions` positions beside the tiny model's tokenizer: all the
+    checks read before the weights (which it has none of)."""
+    import shutil
+
+    from transformers import GPT2Config
+
+    out = tmp_path / f"gpt2pos{positions}"
+    out.mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        if (source := Path(tiny_model_dir) / name).exists():
+            shutil.copy(source, out / name)
+    GPT2Config(n_positions=positions, n_embd=32, n_layer=1, n_head=2, vocab_size=259,
+               eos_token_id=2).save_pretrained(out)
+    return str(out)
+
+
+def test_a_response_past_the_models_positions_stops_before_the_model_loads(
+        tmp_path, capsys, TINY, tiny_model_dir, no_model_loads):
+    """GPT-2's position table has n_positions rows: a longer sequence raised IndexError during
+    generation, after the run directory was written."""
+    model = _short_model(tmp_path, tiny_model_dir, 128)
+    _fails(capsys, ["train", TINY, f"model.name_or_path={model}", "data.max_prompt_length=100",
+                    "rollout.response_length=100", f"experiment.output_dir={tmp_path / 'run'}"],
+           "data.max_prompt_length=100 + rollout.response_length=100 = 200 tokens",
+           "the model's 128 positions (n_positions in")
+    assert not (tmp_path / "run").exists()
+
+
+def test_an_eval_answer_past_the_models_positions_stops_train_and_eval(
+        tmp_path, capsys, TINY, no_model_loads, monkeypatch):
+    """tiny-llama places 2048 positions; an eval of 100000-token answers ran for minutes."""
+    _fails(capsys, ["train", TINY, "eval.response_length=100000",
+                    f"experiment.output_dir={tmp_path / 'run'}"],
+           "data.max_prompt_length=128 + eval.response_length=100000 = 100128 tokens",
+           "the model's 2048 positions (max_position_embeddings")
+    import rlvr.offline_eval
+
+    monkeypatch.setattr(rlvr.offline_eval, "create_engine",
+                        lambda *a, **k: pytest.fail("the engine started before the check"))
+    _fails(capsys, ["eval", "tiny-llama", TINY, "eval.response_length=100000"],
+           "eval.response_length=100000")
+
+
+def test_rlvr_eval_checks_the_eval_answers_not_the_training_episodes(
+        tmp_path, TINY, tiny_model_dir, monkeypatch):
+    from rlvr.build import build_data
+    from rlvr.config import ConfigError, load_config
+
+    model = _short_model(tmp_path, tiny_model_dir, 128)
+    cfg = load_config(TINY, [f"model.name_or_path={model}", "data.max_prompt_length=100",
+                             "rollout.response_length=100", "eval.response_length=16"])
+    with pytest.raises(ConfigError, match="rollout.response_length=100"):
+        build_data(cfg, trains=True)
+    assert build_data(cfg).model_dir == model  # `rlvr eval`: 100 + 16 fit

@@ -22,7 +22,7 @@ def _gemma(window):
 
 def _build(tmp_path, monkeypatch, window):
     # No data, no tokenizer, no model files: only the model's checks run for real.
-    monkeypatch.setattr(build, "build_data", lambda cfg: ("model-dir", None, None))
+    monkeypatch.setattr(build, "build_data", lambda cfg, **kw: ("model-dir", None, None))
     monkeypatch.setattr(build, "check_code_sandbox", lambda *a, **k: None, raising=False)
     monkeypatch.setattr(build, "load_causal_lm", lambda *a, **k: _gemma(window))
 

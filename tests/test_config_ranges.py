@@ -66,7 +66,7 @@ def test_a_range_admits_what_it_says():
     ("optimizer.max_grad_norm=0", "optimizer.max_grad_norm=0.0 must be > 0"),
     ("optimizer.learning_rate=nan", "optimizer.learning_rate=nan must be > 0"),
     ("optimizer.learning_rate=inf", "optimizer.learning_rate=inf must be > 0"),
-    ("rollout.temperature=nan", "rollout.temperature=nan must be > 0"),
+    ("rollout.temperature=nan", "rollout.temperature=nan must be >= 0.01"),
     ("algorithm.beta=nan", "algorithm.beta=nan must be >= 0"),
     ("algorithm.clip_lower=1.5", "algorithm.clip_lower=1.5 must be in [0, 1)"),
     ("optimizer.adam_beta1=2", "optimizer.adam_beta1=2.0 must be in [0, 1)"),
@@ -77,7 +77,7 @@ def test_a_range_admits_what_it_says():
     ("algorithm.overlong_penalty_factor=-1", "algorithm.overlong_penalty_factor=-1.0 must be"),
     ("rollout.vllm_kv_cache_gb=0", "rollout.vllm_kv_cache_gb=0.0 must be > 0"),
     ("model.num_threads=-2", "model.num_threads=-2 must be >= 0"),
-    ("experiment.seed=-1", "experiment.seed=-1 must be >= 0"),
+    ("experiment.seed=-1", "experiment.seed=-1 must be in [0, 4294967295]"),
     ("logging.peak_flops=nan", "logging.peak_flops=nan must be > 0"),
     ("rewards.r1_style_format_reward=nan", "rewards.r1_style_format_reward=nan"),
     ("algorithm.non_stop_penalty_value=-inf", "algorithm.non_stop_penalty_value=-inf must be "

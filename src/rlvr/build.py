@@ -30,8 +30,8 @@ from rlvr.distributed.data_prep import DataPrepActor
 from rlvr.distributed.engine_group import EngineGroup
 from rlvr.distributed.trainer_learner import GroupLearner
 from rlvr.input_checks import (check_code_sandbox, check_custom_verifiers,
-                               check_judge_configured, check_registered_names,
-                               check_template_turns)
+                               check_judge_configured, check_position_limit,
+                               check_registered_names, check_run_paths, check_template_turns)
 from rlvr.learner import Learner, LearnerProtocol
 from rlvr.learner.lora import LoraTargetError, wrap_lora
 from rlvr.learner.attention import (PackedLayout, check_attention_backward,
@@ -155,14 +155,16 @@ def state_dir_of(cfg: Config) -> Path:
 
 def plan_start(cfg: Config) -> StartPlan:
     """The checks of a run's input and directory, before any model loads, with nothing
-    written: the process prepared, the prompts built (data, chat template, verifiers), the code
-    sandbox decided, and where the run starts (`plan_resume`: the state to resume, or
+    written: the process prepared, the run's directories checked (`check_run_paths`), the
+    prompts built (data, chat template, verifiers, the model's positions), the code sandbox
+    decided, and where the run starts (`plan_resume`: the state to resume, or
     RunFinished / ResumeRefused). `build_run` makes it unless it is handed one: a launcher that
     starts servers or learner ranks before training makes it first, so that bad input, a
     finished run or a refused resume starts nothing, and hands it on, so nothing is read
     twice (a resumed state can be tens of GB)."""
     prepare_process(cfg)
-    model_dir, tokenizer, data = build_data(cfg)
+    check_run_paths(cfg)  # the run's and its states' directories can be made
+    model_dir, tokenizer, data = build_data(cfg, trains=True)
     check_code_sandbox(cfg, data)  # before the scorer: its workers inherit the decision
     # Refuses to start over beside an earlier run, or says it is finished (`plan_resume`).
     state = plan_resume(Path(cfg.experiment.output_dir), state_dir_of(cfg), cfg.checkpoint.resume,
@@ -250,7 +252,8 @@ def check_run_inputs(cfg: Config) -> None:
     written. Raises ConfigError or DataError. The state to resume is left to the trainer: its
     checksums would read every byte of the state here."""
     check_registered_names(cfg)
-    build_data(cfg)
+    check_run_paths(cfg)
+    build_data(cfg, trains=True)
 
 
 class PromptData(NamedTuple):
@@ -259,13 +262,16 @@ class PromptData(NamedTuple):
     data: DataBundle
 
 
-def build_data(cfg: Config) -> PromptData:
+def build_data(cfg: Config, trains: bool = False) -> PromptData:
     """The prompts of training and eval, tokenised, with the model's tokenizer and directory.
-    Data first: a bad row fails before any model (or a 45 s conversion) is touched."""
+    Data first: a bad row fails before any model (or a 45 s conversion) is touched. The
+    longest sequence is checked against the model's positions: an eval answer's, and a
+    training episode's for a run that `trains` (`rlvr eval` does not)."""
     loaded = load_datasets(cfg.data, cfg.experiment.seed, cfg.rewards.remap_verifier)
     check_judge_configured(cfg, loaded)
     check_custom_verifiers(cfg, loaded)
     model_dir = resolve_model_dir(cfg.model.name_or_path)
+    check_position_limit(cfg, model_dir, trains)
     tokenizer = load_tokenizer(model_dir)
     data = tokenize_datasets(loaded, cfg.data, tokenizer, cfg.experiment.seed)
     check_template_turns(cfg, tokenizer)

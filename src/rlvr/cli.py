@@ -83,28 +83,41 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     import signal
     import time
 
-    from rlvr.device import resolve_device
+    from rlvr.device import DeviceUnavailable, resolve_device
+    from rlvr.input_checks import directory_problem
     from rlvr.launch.servers import server_settings
     from rlvr.models import resolve_model_dir
     from rlvr.serving import ServerProcess
     from rlvr.serving.auth import is_loopback, key_from_env, new_key, run_key_path, write_key_file
 
+    # Everything is checked before the key file is written: a refused command leaves no file.
     cfg = load_config(*_split_args(args.items))
+    try:
+        model_dir = resolve_model_dir(args.model)
+    except FileNotFoundError as e:  # its message names the config field; here it is the argument
+        raise ConfigError(str(e).replace("model.name_or_path=", "the MODEL_OR_CHECKPOINT "
+                                         "argument ", 1)) from None
+    try:
+        device = resolve_device(cfg.model.device)
+    except DeviceUnavailable as e:
+        raise ConfigError(str(e)) from None
+    settings = server_settings(cfg, model_dir, device.type,
+                               device.bf16_compute(cfg.model.bf16_autocast),
+                               host=args.host, port=args.port)
     key = key_from_env()
     if key is None:
         if not is_loopback(args.host):
             raise ConfigError(f"rlvr serve --host {args.host}: a server on an address other "
                               "than loopback needs a key (RLVR_SERVER_KEY_FILE=<a 0600 file>, "
                               "or RLVR_SERVER_KEY); refusing to serve without one")
+        output_dir = cfg.experiment.output_dir
+        if (problem := directory_problem(Path(output_dir))) is not None:
+            raise ConfigError(f"experiment.output_dir={output_dir} (where the server's key is "
+                              f"written): {problem}")
         key = new_key()
-        key_file = write_key_file(run_key_path(cfg.experiment.output_dir), key).resolve()
+        key_file = write_key_file(run_key_path(output_dir), key).resolve()
         print(f"rlvr: a new server key is in {key_file} (clients: RLVR_SERVER_KEY_FILE="
               f"{key_file})", flush=True)
-    model_dir = resolve_model_dir(args.model)
-    device = resolve_device(cfg.model.device)
-    settings = server_settings(cfg, model_dir, device.type,
-                               device.bf16_compute(cfg.model.bf16_autocast),
-                               host=args.host, port=args.port)
     server = ServerProcess(settings, log_path=args.log, key=key)
     stop = []
     for sig in (signal.SIGINT, signal.SIGTERM):

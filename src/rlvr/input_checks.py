@@ -1,16 +1,22 @@
 """The checks of a run's input that need no model: every name the config picks from a registry
 exists, the verifiers the data names load and can be called, a judge is configured where rows
-ask for one, the chat template writes turns for a multi-turn workflow, and the code sandbox can
-isolate where answers' code runs. Each raises ConfigError naming the field; `rlvr.build` runs
-them before any model loads, and launchers whose trainer runs elsewhere run them before writing
-a job's files (`rlvr.build.check_run_inputs`).
+ask for one, the chat template writes turns for a multi-turn workflow, the code sandbox can
+isolate where answers' code runs, the run's directories can be made, and the longest sequence
+fits the model's positions (read from its config.json, not its weights). Each raises
+ConfigError naming the field; `rlvr.build` runs them before any model loads, and launchers
+whose trainer runs elsewhere run them before writing a job's files
+(`rlvr.build.check_run_inputs`).
 """
 
 from __future__ import annotations
 
+import errno
 import inspect
+import json
 import logging
 import os
+import stat
+from pathlib import Path
 
 from rlvr.config import Config, ConfigError
 from rlvr.data import DataBundle, LoadedData
@@ -186,3 +192,141 @@ def check_template_turns(cfg: Config, tokenizer: object) -> None:
     except ValueError as e:
         raise ConfigError(f"data.chat_template={cfg.data.chat_template!r} with rollout.workflow="
                           f"{cfg.rollout.workflow!r}: {e}") from e
+
+
+def check_run_paths(cfg: Config) -> None:
+    """The run's directory and its states' can be made: every part of each path that exists is
+    a directory (a file there failed at mkdir after the model loaded, or at the first state
+    save after a trained step), and every name fits the filesystem (NAME_MAX, PATH_MAX).
+    ConfigError naming the field, before anything is written."""
+    output = cfg.experiment.output_dir
+    state = cfg.checkpoint.checkpoint_state_dir
+    paths = [("experiment.output_dir", output, Path(output)),
+             ("checkpoint.checkpoint_state_dir", state, Path(state)) if state else
+             ("experiment.output_dir", output, Path(output) / "state")]
+    for field, value, path in paths:  # the first problem: the default state/ is under output
+        if (problem := directory_problem(path)) is not None:
+            raise ConfigError(f"{field}={value}: {problem}")
+
+
+# Room left under a run's directory for the paths of its own files
+# (checkpoints/step_000001/model-00001-of-00002.safetensors, ...).
+_OWN_FILES_BYTES = 128
+
+
+def directory_problem(path: Path) -> str | None:
+    """Why `path` cannot be (or be made) a directory here, or None: a part of it that exists
+    and is not a directory, a part that cannot be reached, a NUL byte, a name longer than the
+    filesystem allows. Nothing is created."""
+    text = os.fsencode(path)
+    if b"\0" in text:
+        return "the path holds a NUL byte, which no file name may hold"
+    if not text:
+        return "the path is empty"
+    prefix, existing = Path(), Path(".")
+    for part in path.parts:  # "/", "tmp", "run": each existing part a directory
+        prefix = prefix / part
+        try:
+            if not stat.S_ISDIR(os.stat(prefix).st_mode):
+                return f"{prefix} exists and is not a directory"
+            existing = prefix
+        except FileNotFoundError:
+            if os.path.lexists(prefix):
+                return f"{prefix} is a symbolic link to nothing"
+            break
+        except OSError as e:
+            if e.errno == errno.ENAMETOOLONG:  # said below, with the limit
+                break
+            return f"{prefix} cannot be reached: {e.strerror or e}"  # EACCES above it, ELOOP
+    name_max = _pathconf(existing, "PC_NAME_MAX", 255)
+    for part in path.parts:
+        if len(os.fsencode(part)) > name_max:
+            return (f"the name {part[:40]!r}... is {len(os.fsencode(part))} bytes long; this "
+                    f"filesystem allows at most {name_max}")
+    path_max = _pathconf(existing, "PC_PATH_MAX", 4096)
+    length = len(os.fsencode(os.path.abspath(path)))
+    if length + _OWN_FILES_BYTES > path_max:
+        return (f"the path is {length} bytes long; with the run's own files under it (up to "
+                f"{_OWN_FILES_BYTES} bytes more) it passes this system's limit of {path_max}")
+    return None
+
+
+def _pathconf(path: Path, name: str, default: int) -> int:
+    try:
+        return os.pathconf(path, name)
+    except (OSError, ValueError):  # not defined there: the usual Linux limit
+        return default
+
+
+# Config keys that give a model's position limit, in order (GPT-2 writes n_positions).
+_POSITION_KEYS = ("max_position_embeddings", "n_positions", "n_ctx", "max_sequence_length",
+                  "seq_length")
+# RoPE scalings that extend the positions by their factor beyond the config's count (vLLM
+# derives its longest sequence the same way); llama3 and longrope ones are counted already.
+_EXTENDING_ROPE = ("linear", "dynamic", "yarn")
+
+
+def model_position_limit(model_dir: str) -> tuple[int, str] | None:
+    """(the most positions the model places, the config key it comes from), read from the
+    model's config.json (no weights, no code run); None where there is no config.json here (a
+    hub id not downloaded, a LoRA checkpoint's adapter) or it names no limit."""
+    path = Path(model_dir) / "config.json"
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if isinstance(config.get("text_config"), dict):  # a multimodal model's language model
+        config = config["text_config"]
+    for key in _POSITION_KEYS:
+        limit = config.get(key)
+        if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0:
+            break
+    else:
+        return None
+    rope = config.get("rope_scaling") or config.get("rope_parameters") or {}
+    scalings = [rope] if "factor" in rope or "rope_type" in rope or "type" in rope else \
+        [v for v in rope.values() if isinstance(v, dict)]  # per layer type (transformers 5)
+    for scaling in scalings:
+        factor = scaling.get("factor")
+        if (scaling.get("rope_type") or scaling.get("type")) in _EXTENDING_ROPE and \
+                isinstance(factor, (int, float)) and factor > 1:
+            base = scaling.get("original_max_position_embeddings") or limit
+            limit = max(limit, int(base * factor))
+            key = f"{key} with rope {scaling.get('rope_type') or scaling.get('type')} x{factor:g}"
+    return limit, key
+
+
+def check_position_limit(cfg: Config, model_dir: str, trains: bool = True) -> None:
+    """The longest sequence the run makes fits the model's positions: the prompt limit plus
+    an eval answer, and, for a run that `trains`, plus a training episode. A longer one failed
+    mid-run (GPT-2's position table: IndexError) or generated past what the model was trained
+    on for minutes. ConfigError naming the fields, before any weights load."""
+    found = model_position_limit(model_dir)
+    if found is None:
+        return
+    limit, key = found
+    r, prompt = cfg.rollout, cfg.data.max_prompt_length
+    spans = []
+    if trains:
+        if r.workflow == "single_turn":
+            spans.append((f"rollout.response_length={r.response_length}", cfg.episode_tokens))
+        elif r.max_episode_tokens:
+            spans.append((f"rollout.max_episode_tokens={r.max_episode_tokens}",
+                           cfg.episode_tokens))
+        else:
+            spans.append((f"rollout.response_length={r.response_length} x rollout.max_turns="
+                          f"{r.max_turns}", cfg.episode_tokens))
+    if cfg.eval.response_length is not None:
+        spans.append((f"eval.response_length={cfg.eval.response_length}",
+                      cfg.eval.response_length))
+    elif not trains:  # an eval answer is as long as a training one
+        spans.append((f"rollout.response_length={r.response_length} (eval.response_length="
+                      "null)", r.response_length))
+    errors = [f"data.max_prompt_length={prompt} + {what} = {prompt + tokens} tokens, more than "
+              f"the model's {limit} positions ({key} in {Path(model_dir) / 'config.json'}, "
+              f"model.name_or_path={cfg.model.name_or_path!r}): lower them"
+              for what, tokens in spans if prompt + tokens > limit]
+    if len(errors) == 1:
+        raise ConfigError(errors[0])
+    if errors:
+        raise ConfigError("sequences too long for the model:\n  - " + "\n  - ".join(errors))

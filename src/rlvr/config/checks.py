@@ -4,6 +4,7 @@ Names of registered parts are checked where the parts are built (`rlvr.build`)."
 
 from __future__ import annotations
 
+import math
 import re
 import string
 from pathlib import Path
@@ -224,6 +225,36 @@ def _check_judge(errors: list[str], j: JudgeConfig) -> None:
             errors.append(f"rewards.judge.score_regex={j.score_regex!r} does not compile: {e}")
 
 
+def _check_sampling(errors: list[str], cfg: Config) -> None:
+    """Stop strings and mixture weights that are each in range but do not work together."""
+    r = cfg.rollout
+    errors += [f"rollout.stop_strings[{i}] is empty: the empty string is found at every "
+               "position, so every completion would stop after its first token"
+               for i, text in enumerate(r.stop_strings) if text == ""]
+    for section, sources in (("train", cfg.data.train), ("eval", cfg.data.eval)):
+        total = sum(s.weight for s in sources if math.isfinite(s.weight))
+        if not math.isfinite(total):  # each weight finite, their sum not: NaN probabilities
+            errors.append(f"data.{section}[].weight: the weights sum to {total}; the mixture "
+                          "divides by their sum, which must be finite: scale them down")
+
+
+def _check_paths(errors: list[str], cfg: Config) -> None:
+    """What a path field's text alone rules out; whether it can be made on this machine
+    (existing files in the way, names too long) is checked at start
+    (`rlvr.input_checks.check_run_paths`)."""
+    for name, value in (("experiment.output_dir", cfg.experiment.output_dir),
+                        ("checkpoint.checkpoint_state_dir",
+                         cfg.checkpoint.checkpoint_state_dir)):
+        if value is None:
+            continue
+        if name == "experiment.output_dir" and not value.strip():
+            # "" is the current directory: the run's files would land among the user's own
+            errors.append(f"experiment.output_dir={value!r} is empty: name the run's directory "
+                          "(e.g. runs/my-run; '.' if the current directory is meant)")
+        elif "\0" in value:
+            errors.append(f"{name}={value!r} holds a NUL byte, which no file name may hold")
+
+
 def _check_eval(errors: list[str], cfg: Config) -> None:
     ev = cfg.eval
     if not ev.pass_at_k:
@@ -308,6 +339,17 @@ def warnings_for(cfg: Config) -> list[str]:
         out.append(f"model.lora.dropout={cfg.model.lora.dropout}: each forward pass over a "
                    "batch sees other dropout noise, so the ratio to the old logprobs (and the "
                    "gap to the engine's) measures noise as well as policy change; 0 avoids it")
+    steps = cfg.num_training_steps * cfg.optimizer_steps_per_batch
+    warm_up = cfg.optimizer.warm_up_steps
+    if 0 < steps <= warm_up:
+        out.append(f"optimizer.warm_up_steps={warm_up} is not below the run's {steps} optimizer "
+                   "steps (num_training_steps x algorithm.num_epochs x num_mini_batches): the "
+                   "learning rate never reaches optimizer.learning_rate="
+                   f"{cfg.optimizer.learning_rate:g}")
+    if cfg.eval.local_eval_every > 0 and not cfg.data.eval and cfg.data.eval_holdout == 0:
+        out.append(f"eval.local_eval_every={cfg.eval.local_eval_every} but no prompts to "
+                   "evaluate: data.eval is empty and data.eval_holdout=0, so no eval runs and "
+                   "no eval metric is logged; name data.eval sets or hold out rows")
     return out
 
 
@@ -338,7 +380,10 @@ def validate(cfg: Config) -> None:
                       f"model.attn_implementation={cfg.model.attn_implementation} (whole "
                       "sequences only) cannot confine: use sdpa, eager, flex or auto")
     _choice(errors, "checkpoint.state_format", cfg.checkpoint.state_format, {"full", "sharded"})
-    _check_state_dir(errors, cfg)
+    path_errors = len(errors)
+    _check_paths(errors, cfg)
+    if len(errors) == path_errors:  # it resolves both paths, which a NUL byte cannot be
+        _check_state_dir(errors, cfg)
     _check_gpu_settings(errors, cfg)
     _check_mini_batches(errors, cfg)
     _check_lora(errors, cfg)
@@ -371,6 +416,7 @@ def validate(cfg: Config) -> None:
             "rollout.response_length x rollout.max_turns): an episode could not fit in one "
             "packed row")
     _check_workflow(errors, r)
+    _check_sampling(errors, cfg)
     _check_eval(errors, cfg)
     if e.total_episodes > 0 and cfg.samples_per_step > 0 and cfg.num_training_steps == 0:
         errors.append(

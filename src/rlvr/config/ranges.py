@@ -42,6 +42,8 @@ class Range:
             return False
         if value in self.also:
             return True
+        if not fits_a_float(value):  # a 401-digit integer: no bound of ours is that wide
+            return False
         if math.isnan(value) or (self.finite and math.isinf(value)):
             return False
         if self.low is not None and (value < self.low or (self.low_open and value == self.low)):
@@ -62,6 +64,16 @@ class Range:
         return " or ".join([*(_num(v) for v in self.also), text])
 
 
+def fits_a_float(value: float) -> bool:
+    """Whether `value` converts to a float (a Python int may have any number of digits;
+    `math.isnan` and every float computation raise OverflowError past 1.8e308)."""
+    try:
+        float(value)
+    except OverflowError:
+        return False
+    return True
+
+
 def _num(x: float | None) -> str:
     return str(int(x)) if isinstance(x, float) and x.is_integer() else str(x)
 
@@ -74,11 +86,20 @@ FRACTION = Range(low=0, high=1)  # [0, 1]
 UNIT_OPEN_HIGH = Range(low=0, high=1, high_open=True)  # [0, 1): clip ranges, Adam betas, dropout
 UNIT_OPEN_LOW = Range(low=0, high=1, low_open=True)  # (0, 1]: top_p, shares of a device
 ANY_FINITE = Range()  # any finite number (a reward value, which may be negative)
+# Seconds a wait may last. A week bounds it: past threading.TIMEOUT_MAX (about 292 years here)
+# waits raise OverflowError, and deadlines of now + 1e10 s overflow clocks ("timestamp too
+# large"), both only when the wait starts, after the run directory is written.
+WEEK_S = 7 * 24 * 3600
+TIMEOUT = Range(low=0, low_open=True, high=WEEK_S, why="seconds, at most a week")
+# vLLM raises a temperature in (0, 0.01) to 0.01 ("may cause numerical errors nan or inf"), so
+# its samples would not be drawn at the temperature the learner divides by; and logits over a
+# tiny temperature overflow float32 (1e-320: inf logits, NaN probabilities).
+MIN_TEMPERATURE = 0.01
 
 
 RANGES: dict[str, Range] = {
     # experiment
-    "experiment.seed": NON_NEGATIVE,
+    "experiment.seed": Range(low=0, high=2**32 - 1, why="numpy seeds are below 2**32"),
     "experiment.total_episodes": AT_LEAST_ONE,
     # model
     "model.num_threads": NON_NEGATIVE,
@@ -96,12 +117,13 @@ RANGES: dict[str, Range] = {
     "data.max_row_bytes": AT_LEAST_ONE,
     # rewards
     "rewards.num_workers": NON_NEGATIVE,
-    "rewards.timeout_s": POSITIVE,
+    "rewards.timeout_s": TIMEOUT,
     "rewards.r1_style_format_reward": NON_NEGATIVE,
     "rewards.max_failed_steps": AT_LEAST_ONE,
     "rewards.judge.max_tokens": AT_LEAST_ONE,
-    "rewards.judge.temperature": NON_NEGATIVE,
-    "rewards.judge.timeout_s": POSITIVE,
+    "rewards.judge.temperature": Range(low=MIN_TEMPERATURE, also=(0,), why="0 is greedy; "
+                                       "vLLM raises lower ones to 0.01"),
+    "rewards.judge.timeout_s": TIMEOUT,
     "rewards.judge.max_score": POSITIVE,
     "rewards.judge.max_concurrency": AT_LEAST_ONE,
     # rollout
@@ -109,8 +131,8 @@ RANGES: dict[str, Range] = {
     "rollout.num_samples_per_prompt_rollout": Range(
         low=2, why="group advantages need at least two samples per prompt"),
     "rollout.response_length": AT_LEAST_ONE,
-    "rollout.temperature": Range(low=0, low_open=True, why="training samples are drawn, not "
-                                                          "greedy"),
+    "rollout.temperature": Range(low=MIN_TEMPERATURE, why="training samples are drawn, not "
+                                 "greedy; vLLM raises lower ones to 0.01"),
     "rollout.top_p": UNIT_OPEN_LOW,
     "rollout.max_batch_rows": AT_LEAST_ONE,
     "rollout.async_steps": NON_NEGATIVE,
@@ -124,15 +146,15 @@ RANGES: dict[str, Range] = {
     "rollout.max_turns": AT_LEAST_ONE,
     "rollout.turn_discount": UNIT_OPEN_LOW,
     "rollout.max_tool_calls": NON_NEGATIVE,
-    "rollout.tool_timeout_s": POSITIVE,
+    "rollout.tool_timeout_s": TIMEOUT,
     "rollout.tool_output_chars": AT_LEAST_ONE,
     "rollout.max_episode_tokens": NON_NEGATIVE,
-    "rollout.episode_timeout_s": POSITIVE,
+    "rollout.episode_timeout_s": TIMEOUT,
     "rollout.num_servers": AT_LEAST_ONE,
     "rollout.server_port": Range(low=0, high=65535),
     "rollout.server_max_retries": NON_NEGATIVE,
-    "rollout.server_request_timeout_s": POSITIVE,
-    "rollout.server_startup_timeout_s": POSITIVE,
+    "rollout.server_request_timeout_s": TIMEOUT,
+    "rollout.server_startup_timeout_s": TIMEOUT,
     # algorithm
     "algorithm.beta": NON_NEGATIVE,
     "algorithm.kl_estimator": Range(low=0, high=3),
@@ -167,7 +189,7 @@ RANGES: dict[str, Range] = {
     "optimizer.adam_eps": POSITIVE,
     # distributed
     "distributed.num_learners_per_node": NON_NEGATIVE,  # each node's count
-    "distributed.collective_timeout_s": POSITIVE,
+    "distributed.collective_timeout_s": TIMEOUT,
     "distributed.slurm.nodes": AT_LEAST_ONE,
     "distributed.slurm.gpus_per_node": NON_NEGATIVE,
     "distributed.slurm.cpus_per_task": NON_NEGATIVE,
@@ -178,7 +200,8 @@ RANGES: dict[str, Range] = {
     "checkpoint.keep_last_n_states": AT_LEAST_ONE,
     # eval
     "eval.local_eval_every": NON_NEGATIVE,
-    "eval.temperature": Range(low=0, why="0 is greedy"),
+    "eval.temperature": Range(low=MIN_TEMPERATURE, also=(0,), why="0 is greedy; vLLM "
+                                                                 "raises lower ones to 0.01"),
     "eval.max_prompts": AT_LEAST_ONE,
     "eval.num_samples": AT_LEAST_ONE,
     "eval.pass_at_k": AT_LEAST_ONE,  # each k; k <= eval.num_samples is checked with it
@@ -198,9 +221,18 @@ def range_errors(cfg: Any) -> list[str]:
         if bounds is not None and not bounds.admits(value):
             text = str(bounds)
             must = f"in {text}" if text[0] in "[(" else text
-            errors.append(f"{path}={value!r} must be {must}" + (f" ({bounds.why})"
-                                                                  if bounds.why else ""))
+            too_large = "" if fits_a_float(value) else " is too large for any number here:"
+            errors.append(f"{path}={_shown(value)}{too_large} must be {must}"
+                          + (f" ({bounds.why})" if bounds.why else ""))
     return errors
+
+
+def _shown(value: float) -> str:
+    """`value` as the message shows it: an integer of many digits by its first and its count."""
+    if isinstance(value, int) and abs(value) >= 10**20:
+        digits = str(abs(value))
+        return f"{'-' if value < 0 else ''}{digits[:6]}...({len(digits)} digits)"
+    return repr(value)
 
 
 def _numbers(node: Any, path: str, key: str) -> Iterator[tuple[str, str, float]]:

@@ -145,3 +145,29 @@ def test_training_stops_before_step_1_when_a_verifier_pays(tmp_path):
         (tmp_path / "metrics.jsonl").read_text().strip() == ""
     run = train(load_config("configs/tiny.yaml", [*overrides, "rewards.exploit_canary=false"]))
     assert run.history[-1]["training_step"] == 1
+
+
+def test_a_verifier_without_cases_is_warned_about_by_name(scorer, caplog):
+    """The log said "none paid" with "no cases for ..." at the end of an INFO line: a custom
+    verifier nobody tried read like one that passed."""
+    with caplog.at_level("INFO"):
+        tried = run_canary(scorer, ["gsm8k", "string_f1"])
+    assert "string_f1" not in tried
+    warned = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert any("no cases for string_f1" in r.getMessage()
+               and "register_exploit_case" in r.getMessage() for r in warned)
+
+
+def test_a_custom_verifier_next_to_the_run_imports_without_pythonpath(tmp_path, monkeypatch):
+    """`module:function` in the start directory failed with ModuleNotFoundError unless
+    PYTHONPATH named it, though the docs said the start directory counts, as for workflows."""
+    import sys
+
+    from rlvr.rewards.registry import get_verifier
+
+    (tmp_path / "next_to_the_run.py").write_text(
+        "def exact(completion, ground_truth):\n    return float(completion == ground_truth)\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    score = get_verifier("next_to_the_run:exact")
+    assert score("7", "7") == 1.0

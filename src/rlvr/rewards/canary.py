@@ -119,10 +119,14 @@ def run_canary(scorer: RewardScorer, verifiers: set[str] | list[str],
         raise ConfigError("exploit canary: " + "; ".join(lines) + ". A policy would learn "
                           "this; fix the verifier (or, if it pays on purpose, set "
                           "rewards.exploit_canary=false)")
-    log.info("exploit canary: %d cases, none paid (%s) in %.1f s%s",
+    log.info("exploit canary: %d cases, none paid (%s) in %.1f s",
              len(requests) + (len(cases_for(FORMAT_REWARD)) if format_reward else 0),
-             ", ".join(tried) or "no verifier with cases", time.perf_counter() - start,
-             f"; no cases for {', '.join(untried)}" if untried else "")
+             ", ".join(tried) or "no verifier with cases", time.perf_counter() - start)
+    if untried:
+        # "none paid" must not read as a pass for a verifier that was never tried.
+        log.warning("exploit canary: no cases for %s, so nothing checked that it cannot be "
+                    "gamed; register_exploit_case (rlvr.rewards.canary) adds cases for a "
+                    "verifier of your own (docs/custom-verifiers.md)", ", ".join(untried))
     return tried
 
 

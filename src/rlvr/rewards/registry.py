@@ -35,6 +35,8 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
+import sys
 from dataclasses import dataclass
 from typing import Callable
 
@@ -160,6 +162,11 @@ def is_known_verifier(name: str) -> bool:
 
 def _import_verifier(name: str) -> RegisteredVerifier:
     module_name, _, attr = name.partition(":")
+    # The directory the run starts in counts as on the path, as for a workflow and for
+    # `python -m` (the `rlvr` console script alone would not see a module next to the config).
+    # Appended, so it shadows nothing; and only names `rewards.custom_verifiers` lists get here.
+    if os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())
     fn = getattr(importlib.import_module(module_name), attr, None)
     if not callable(fn):
         raise KeyError(f"verifier '{name}': module {module_name} has no function {attr!r}")

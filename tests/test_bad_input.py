@@ -14,6 +14,8 @@ import pytest
 
 from rlvr.cli import main
 
+from tests.cli_checks import fails_in_one_line
+
 # The smallest run (configs/tiny.yaml's essentials, kept here so these cases do not move with it).
 TINY_YAML = """\
 model: {name_or_path: tiny-llama}
@@ -43,15 +45,7 @@ def _addition_rows(n):
             for i in range(n)]
 
 
-def _fails(capsys, args, *expected, code=2):
-    """`rlvr ARGS` exits `code` with one line on stderr holding every `expected` text."""
-    assert main(args) == code
-    err = capsys.readouterr().err
-    lines = [line for line in err.splitlines() if line.startswith("rlvr: ")]
-    assert len(lines) == 1 and "Traceback" not in err, err
-    for text in expected:
-        assert text in lines[0], lines[0]
-    return lines[0]
+_fails = fails_in_one_line  # `rlvr ARGS` refused in one line naming the problem
 
 
 def test_a_yaml_syntax_error_names_the_file_and_line(tmp_path, capsys):

@@ -9,19 +9,12 @@ from __future__ import annotations
 
 import pytest
 
-from rlvr.cli import main
 from rlvr.config import ConfigError, load_config, warnings_for
 
+from tests.cli_checks import fails_in_one_line
 
-def _one_line(capsys, args, *expected):
-    """`rlvr ARGS` exits 2 with one `rlvr: ` line on stderr holding every `expected` text."""
-    assert main(args) == 2
-    err = capsys.readouterr().err
-    lines = [line for line in err.splitlines() if line.startswith("rlvr: ")]
-    assert len(lines) == 1 and "Traceback" not in err, err
-    for text in expected:
-        assert text in lines[0], lines[0]
-    return lines[0]
+
+_one_line = fails_in_one_line  # `rlvr ARGS` refused (exit 2) in one line naming the problem
 
 
 @pytest.mark.parametrize("item, field", [

@@ -19,6 +19,7 @@ from rlvr.checkpoint.state import load_latest_state
 from rlvr.cli import main
 from rlvr.interrupts import EngineUnavailable
 from rlvr.rollout import transformers_engine
+from tests.test_run_faults import _verifier_rows
 
 TINY = ["configs/tiny.yaml", "experiment.total_episodes=96", "rollout.response_length=8",
         "checkpoint.checkpoint_state_freq=1", "algorithm.filter_zero_std_samples=false",
@@ -98,12 +99,7 @@ def test_a_failed_weight_sync_keeps_the_steps_record_and_checkpoint(tmp_path, mo
 def _rows(tmp_path, monkeypatch, module: str, body: str) -> list[str]:
     """Overrides for a run whose rows are scored by `module:score` (each test its own module:
     a verifier is imported once per process)."""
-    (tmp_path / f"{module}.py").write_text(body)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    data = tmp_path / "rows.jsonl"
-    data.write_text("".join(json.dumps({"prompt": f"{i} + 1?", "ground_truth": str(i + 1),
-                                        "dataset": f"{module}:score"}) + "\n"
-                            for i in range(40)))
+    data = _verifier_rows(tmp_path, monkeypatch, module, body)
     return [f"data.train=[{{name: {data}}}]", f"rewards.custom_verifiers=[{module}:score]",
             "data.eval_holdout=4"]
 

@@ -24,9 +24,16 @@ ENGINE_FAULTS = (EngineUnavailable, ServerError, EngineGroupError)
 
 def engine_fault(error: BaseException) -> BaseException | None:
     """The engine fault in `error`'s chain (itself, its cause or its context), or None."""
+    return in_chain(error, ENGINE_FAULTS)
+
+
+def in_chain(error: BaseException | None, kinds: type | tuple[type, ...]
+             ) -> BaseException | None:
+    """The first error of `kinds` in `error`'s chain (itself, its cause or its context; a
+    workflow or the producer thread wraps the error it met), or None."""
     seen: set[int] = set()
     while error is not None and id(error) not in seen:
-        if isinstance(error, ENGINE_FAULTS):
+        if isinstance(error, kinds):
             return error
         seen.add(id(error))
         error = error.__cause__ or error.__context__

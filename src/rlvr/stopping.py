@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from rlvr.build import Run
 from rlvr.checkpoint import save_model_checkpoint
 from rlvr.checkpoint.state import save_state
-from rlvr.faults import engine_fault, verification_failure
+from rlvr.faults import engine_fault, in_chain, verification_failure
 from rlvr.interrupts import (EngineLost, NoLearningSignal, NumericalFault, StopOnSignal,
                              TrainingInterrupted, VerifierFault)
 from rlvr.producer.groups import Episodes
@@ -39,7 +39,7 @@ def stop_if_engine_fault(run: Run, step: int, error: Exception, step_done: bool 
     engine."""
     fault = engine_fault(error)
     if fault is None:
-        exhausted = _in_chain(error, NoLearningSignal)
+        exhausted = in_chain(error, NoLearningSignal)
         if exhausted is None:
             raise error
         where = save_last_good_state(run, step, step_done, at_start)
@@ -47,17 +47,6 @@ def stop_if_engine_fault(run: Run, step: int, error: Exception, step_done: bool 
     if isinstance(error, UnsyncedStep):
         keep_unsynced_step(run, step, error.metrics)
     stop_after_engine_loss(run, step, fault, step_done, at_start)
-
-
-def _in_chain(error: BaseException | None, kind: type) -> BaseException | None:
-    """The first `kind` in `error`'s chain (itself, its cause or its context), or None."""
-    seen: set[int] = set()
-    while error is not None and id(error) not in seen:
-        if isinstance(error, kind):
-            return error
-        seen.add(id(error))
-        error = error.__cause__ or error.__context__
-    return None
 
 
 class UnsyncedStep(Exception):

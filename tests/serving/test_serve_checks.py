@@ -8,8 +8,9 @@ import pytest
 import torch
 
 import rlvr.serving as serving
-from rlvr.cli import main
 from rlvr.serving.auth import KEY_ENV, KEY_FILE_ENV
+
+from tests.cli_checks import fails_in_one_line
 
 
 @pytest.fixture(autouse=True)
@@ -22,13 +23,7 @@ def no_server(monkeypatch):
 
 
 def _refused(capsys, args, *expected):
-    assert main(["serve", *args, "--port", "0"]) == 2
-    err = capsys.readouterr().err
-    lines = [line for line in err.splitlines() if line.startswith("rlvr: ")]
-    assert len(lines) == 1 and "Traceback" not in err, err
-    for text in expected:
-        assert text in lines[0], lines[0]
-    return lines[0]
+    return fails_in_one_line(capsys, ["serve", *args, "--port", "0"], *expected)
 
 
 def test_a_model_that_does_not_exist_writes_no_key_and_names_the_argument(tmp_path, capsys):

@@ -4,18 +4,11 @@ must give each 0.
 RL optimises against its reward: a verifier that pays for a trick is a reward the policy will
 find, at scale. The canary tries the tricks first, through the run's own scorer (its worker
 processes, time limits, remapped names), in well under 5 s, and stops the run (a ConfigError,
-exit code 2) naming the verifier, the case and the score. Built-in cases:
-- code: forged verdicts, an early `os._exit(0)`, reading the tests, patching `assert` and the
-  builtins, walking the stack to the harness;
-- math, strict_math, gsm8k, last_number: several hedged answers (the right one not last), an
-  answer only in the reasoning;
-- up_to_max_length, max_length, ifeval: an answer that says nothing (empty, zero-width
-  characters, a Hangul filler, a lone ".", a reasoning never closed or followed by nothing),
-  which is under any length limit and breaks no negative constraint;
-- the R1 format reward (`rewards.apply_r1_style_format_reward`): tags with nothing inside, or
-  with only zero-width characters or a "." inside.
+exit code 2) naming the verifier, the case and the score. The built-in cases (hedged answers,
+an answer only in unclosed reasoning, empty and invisible answers, forged code verdicts, empty
+format tags) are listed, verifier by verifier, in docs/verifiers.md ("The exploit canary").
 Each case's completion is wrong or empty, so no verifier may pay it: a score above 0 is an
-exploit, not an opinion. A verifier with no cases is listed in the log, not tried.
+exploit, not an opinion. A verifier with no cases is not tried, and a warning names it.
 
 A verifier's author registers cases for it, in the module that registers the verifier:
     register_exploit_case(ExploitCase("cites_source", "empty answer", "", "ground truth"))

@@ -16,9 +16,10 @@ from pathlib import Path
 
 from rlvr.config import ConfigError, load_config, to_yaml
 from rlvr.data.errors import DataError
-from rlvr.interrupts import (EngineLost, EngineUnavailable, NoLearningSignal, NumericalFault,
-                             ResumeRefused, RunFinished, SaveFailed, SlurmJobFailed,
-                             TrainingInterrupted, VerifierFault)
+from rlvr.distributed.learner_group import LearnerGroupError
+from rlvr.interrupts import (EngineLost, EngineUnavailable, LearnerLost, NoLearningSignal,
+                             NumericalFault, ResumeRefused, RunFinished, SaveFailed,
+                             SlurmJobFailed, TrainingInterrupted, VerifierFault)
 from rlvr.learner.memory_plan import MemoryPlanError
 from rlvr.serving.auth import ServerKeyError
 from rlvr.serving.server import ServerStartError
@@ -353,6 +354,8 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(e, 6)
     except SaveFailed as e:  # disk full (or another failed write) saving a state or a model
         return _fail(e, 7)
+    except (LearnerLost, LearnerGroupError) as e:  # a learner rank died, raised or hung
+        return _fail(e, 8)
     except SlurmJobFailed as e:  # the job's own exit code (the trainer's, when it ran)
         return _fail(e, e.exit_code)
 

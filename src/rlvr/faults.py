@@ -12,6 +12,7 @@ What it is not: the stopping itself (`rlvr.trainer`), or the exit codes (`rlvr.c
 from __future__ import annotations
 
 from rlvr.distributed.engine_group import EngineGroupError
+from rlvr.distributed.learner_group import LearnerGroupError
 from rlvr.interrupts import EngineUnavailable
 from rlvr.producer.groups import Episodes
 from rlvr.serving.client import ServerError
@@ -20,6 +21,11 @@ from rlvr.serving.client import ServerError
 # rollout.server_request_timeout_s, or answering what cannot be read), no server left, or an
 # engine actor that raised or died.
 ENGINE_FAULTS = (EngineUnavailable, ServerError, EngineGroupError)
+
+
+def learner_fault(error: BaseException) -> BaseException | None:
+    """A learner rank's failure in `error`'s chain (`LearnerGroupError`), or None."""
+    return in_chain(error, LearnerGroupError)
 
 
 def engine_fault(error: BaseException) -> BaseException | None:

@@ -52,6 +52,11 @@ class NoLearningSignal(RuntimeError):
     message says why the rewards may be flat."""
 
 
+class LearnerLost(RuntimeError):
+    """A learner rank failed (raised, died or timed out): its shards are gone, so no state can
+    be saved; the message names the rank's report and the last state saved before."""
+
+
 class EngineUnavailable(RuntimeError):
     """No engine is left to generate with (every inference server dropped, or none reachable):
     a failure of the run, not of an episode; the trainer stops with its last good state."""

@@ -21,8 +21,9 @@ from dataclasses import dataclass, field
 from rlvr.build import Run
 from rlvr.checkpoint import save_model_checkpoint
 from rlvr.checkpoint.state import save_state
-from rlvr.faults import engine_fault, in_chain, verification_failure
-from rlvr.interrupts import (EngineLost, NoLearningSignal, NumericalFault, StopOnSignal,
+from rlvr.checkpoint.state import list_states
+from rlvr.faults import engine_fault, in_chain, learner_fault, verification_failure
+from rlvr.interrupts import (EngineLost, LearnerLost, NoLearningSignal, NumericalFault, StopOnSignal,
                              TrainingInterrupted, VerifierFault)
 from rlvr.producer.groups import Episodes
 from rlvr.run_state import capture_state, has_state
@@ -38,6 +39,11 @@ def stop_if_engine_fault(run: Run, step: int, error: Exception, step_done: bool 
     every prompt retired as solved): then the last good state is saved first, as for the
     engine."""
     fault = engine_fault(error)
+    lost = learner_fault(error) if fault is None else None
+    if lost is not None:  # its shards went with it: no state can be saved now
+        # One line, as every fault's message: the ranks' reports joined, each cut short.
+        reports = "; ".join(line.strip()[:300] for line in str(lost).splitlines() if line.strip())
+        raise LearnerLost(f"step {step}: {reports}; {last_state_saved(run)}") from error
     if fault is None:
         exhausted = in_chain(error, NoLearningSignal)
         if exhausted is None:
@@ -71,6 +77,15 @@ def keep_unsynced_step(run: Run, step: int, metrics: dict[str, float]) -> None:
                               cfg.checkpoint.keep_last_n_checkpoints)
     run.logger.log(step, metrics)
     run.history.append({"training_step": step, **metrics})
+
+
+def last_state_saved(run: Run) -> str:
+    """Where a rerun resumes from: the last training state saved, or that none was."""
+    states = list_states(run.state_dir)
+    if states:
+        return f"rerun the same command to resume from the last training state, {states[-1]}"
+    return (f"no training state was saved in {run.state_dir} "
+            "(checkpoint.checkpoint_state_freq saves them), so a rerun cannot resume")
 
 
 def stop_after_engine_loss(run: Run, step: int, error: BaseException,

@@ -31,6 +31,7 @@ from pathlib import Path
 from rlvr.checkpoint.atomic import write_text_atomic
 from rlvr.config import Config, ConfigError, to_yaml
 from rlvr.distributed.ranks import RankEnv
+from rlvr.interrupts import RunFinished, TrainingInterrupted
 from rlvr.serving.server import free_port
 
 log = logging.getLogger(__name__)
@@ -83,7 +84,9 @@ class LocalRanks:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-        self.stop(failed=exc_type is not None)
+        # A stop on a signal, or a rerun of a finished run, is no failure of the ranks.
+        self.stop(failed=exc_type is not None
+                  and not issubclass(exc_type, (TrainingInterrupted, RunFinished)))
 
     def stop(self, failed: bool = False) -> None:
         """Wait for the ranks to leave (rank 0 has told them, or has failed), kill the ones

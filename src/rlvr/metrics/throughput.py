@@ -111,7 +111,8 @@ def run_peak_flops(cfg: Config, bf16: bool) -> float:
 
 def learner_throughput(cfg: Config, shape: ModelShape, result: UpdateResult,
                        peak_flops: float) -> dict[str, float]:
-    """Tokens per second and MFU of one update against `peak_flops` (`run_peak_flops`)."""
+    """Tokens per second and MFU of one update (every learner rank's tokens) against the peak
+    of as many devices as the run has learner ranks, each `peak_flops` (`run_peak_flops`)."""
     if result.seconds <= 0 or result.num_tokens == 0:
         return {}
     # Every epoch runs forward and backward over all tokens of the batch.
@@ -120,8 +121,10 @@ def learner_throughput(cfg: Config, shape: ModelShape, result: UpdateResult,
     mean_seq_len = result.num_tokens / max(result.num_sequences, 1)
     flops = transformer_flops_per_token(shape.num_params, shape.num_layers, shape.hidden_size,
                                         int(mean_seq_len), training=True)
+    # Every rank's tokens are counted, so every rank's device counts: one device's peak (rank
+    # 0's, what `run_peak_flops` measures) made the MFU grow with the number of ranks.
     return {"learner_tokens_per_second_step": tokens_per_second,
-            "learner_mfu": mfu(flops, tokens_per_second, peak_flops)}
+            "learner_mfu": mfu(flops, tokens_per_second, peak_flops * max(cfg.world_size, 1))}
 
 
 @dataclass(frozen=True)

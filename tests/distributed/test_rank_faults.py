@@ -61,3 +61,25 @@ def test_learner_mfu_counts_every_ranks_peak():
     both = learner_throughput(two, shape, combine_results([one, one], 1.0), 1e12)
     assert both["learner_mfu"] == pytest.approx(alone["learner_mfu"])
     assert both["learner_tokens_per_second_step"] == 2 * alone["learner_tokens_per_second_step"]
+
+
+@pytest.mark.timeout(200)
+def test_sigterm_while_starting_leaves_no_learner_rank_behind(tmp_path):
+    """Before the trainer took SIGTERM over, its default killed rank 0 outright: the other ranks,
+    in sessions of their own, waited out their rendezvous (about 17 minutes by default)."""
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "rlvr.cli", "train", *TINY,
+                             f"experiment.output_dir={out}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not (out / "ranks" / "rank_1.log").exists():
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.01)
+    time.sleep(0.5)  # rank 0 loads the model: its rendezvous store is not up yet
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=90) == 128 + signal.SIGTERM
+    time.sleep(2)
+    left = _other_ranks(out)
+    for pid in left:
+        os.kill(int(pid), signal.SIGKILL)
+    assert not left, f"learner rank(s) {left} outlived the launcher"

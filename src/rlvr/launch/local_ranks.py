@@ -26,6 +26,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 from rlvr.checkpoint.atomic import write_text_atomic
@@ -56,6 +57,7 @@ class LocalRanks:
         self.dir = Path(cfg.experiment.output_dir) / "ranks"
         self.procs: dict[int, subprocess.Popen] = {}
         self._saved_env: dict[str, str | None] = {}
+        self._saved_sigterm = None  # the SIGTERM handler before ours, while we hold it
 
     def log_path(self, rank: int) -> Path:
         return self.dir / f"rank_{rank}.log"
@@ -75,10 +77,18 @@ class LocalRanks:
         mine = RankEnv(0, self.world_size, 0, "127.0.0.1", port).to_environ()
         self._saved_env = {k: os.environ.get(k) for k in _RANK_KEYS}
         os.environ.update(mine)
+        if threading.current_thread() is threading.main_thread():
+            # Until the trainer's StopOnSignal takes SIGTERM over (and after it gives it back),
+            # SIGTERM's default would kill this process outright, leaving the ranks in their
+            # own sessions to wait out their rendezvous (~1.75 x collective_timeout_s).
+            self._saved_sigterm = signal.signal(signal.SIGTERM, _exit_on_sigterm)
         log.info("learner ranks 1-%d started (logs: %s)", self.world_size - 1, self.dir)
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
+        if self._saved_sigterm is not None:
+            signal.signal(signal.SIGTERM, self._saved_sigterm)
+            self._saved_sigterm = None
         for key, value in self._saved_env.items():
             if value is None:
                 os.environ.pop(key, None)
@@ -101,6 +111,12 @@ class LocalRanks:
                 log.error("learner rank %d (pid %d) %s; its log: %s", rank, proc.pid,
                           _how_it_ended(proc.returncode), self.log_path(rank))
         self.procs = {}
+
+
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    """SIGTERM while the ranks are open and no StopOnSignal holds it: leave through the
+    `with`, so that `LocalRanks.__exit__` stops the ranks, with the shell's status."""
+    raise SystemExit(128 + signum)
 
 
 def _how_it_ended(code: int) -> str:

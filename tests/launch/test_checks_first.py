@@ -129,3 +129,30 @@ def test_the_ray_launcher_checks_before_its_server_actors(tmp_path, started):
     assert started == []
     assert not (tmp_path / "bad").exists()
     assert (finished / "server.key").read_text() == FINISHED_KEY
+
+
+def test_servers_start_before_the_learner_ranks(tmp_path, monkeypatch):
+    """The ranks' rendezvous deadline (distributed.collective_timeout_s) starts with them: a
+    server start as slow as rollout.server_startup_timeout_s allows ran it out when the ranks
+    came first."""
+    import contextlib
+
+    import rlvr.launch.run as run_module
+
+    order = []
+
+    @contextlib.contextmanager
+    def servers(cfg):
+        order.append("servers")
+        yield type("Started", (), {"addresses": ["127.0.0.1:1"]})()
+
+    @contextlib.contextmanager
+    def ranks():
+        order.append("ranks")
+        yield
+
+    monkeypatch.setattr(run_module, "_start_servers", servers)
+    monkeypatch.setattr(run_module, "_learner_ranks", lambda cfg, env: ranks())
+    monkeypatch.setattr("rlvr.trainer.train", lambda cfg, start: order.append("train"))
+    launch(load_config("configs/tiny.yaml", _overrides(tmp_path / "run")))
+    assert order == ["servers", "ranks", "train"]

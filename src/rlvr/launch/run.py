@@ -57,11 +57,13 @@ def launch(cfg: Config):
     # starts nothing and writes nothing (`server.key` included); `train` takes the plan on.
     start = plan_start(cfg)
     ranks = _learner_ranks(cfg, env)
-    with ranks if ranks is not None else contextlib.nullcontext():
-        if not needs_servers(cfg):
-            return train(cfg, start)
-        with _start_servers(cfg) as servers:
-            return train(with_servers(cfg, servers.addresses), start)
+    # Servers first, then the ranks: the other ranks' rendezvous deadline
+    # (distributed.collective_timeout_s) starts with them, and a server start as slow as its
+    # own timeout allows (rollout.server_startup_timeout_s) would have run it out.
+    with _start_servers(cfg) if needs_servers(cfg) else contextlib.nullcontext() as servers:
+        run_cfg = with_servers(cfg, servers.addresses) if servers is not None else cfg
+        with ranks if ranks is not None else contextlib.nullcontext():
+            return train(run_cfg, start)
 
 
 def _learner_ranks(cfg: Config, env) -> AbstractContextManager | None:

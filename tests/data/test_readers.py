@@ -2,7 +2,10 @@
 
 import json
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
+import torch
 
 from rlvr.config import DataSourceConfig
 from rlvr.data import DataError, load_source
@@ -92,3 +95,50 @@ def test_skip_mode_counts_bad_rows(tmp_path):
 def test_missing_file():
     with pytest.raises(DataError, match="no such file"):
         load_source(DataSourceConfig(name="nowhere.jsonl"), seed=0)
+
+
+def test_an_hf_directory_of_jsonl_or_parquet_loads(tmp_path):
+    pytest.importorskip("datasets", reason="the `datasets` extra is not installed")
+    (tmp_path / "j").mkdir()
+    (tmp_path / "j" / "train.jsonl").write_text(json.dumps(GOOD) + "\n")
+    (ex,), _ = load_source(DataSourceConfig(name=f"hf:{tmp_path / 'j'}"), seed=0)
+    assert ex.ground_truth == "2"
+    (tmp_path / "p").mkdir()
+    pq.write_table(pa.Table.from_pylist([GOOD]), tmp_path / "p" / "train.parquet")
+    (ex,), _ = load_source(DataSourceConfig(name=f"hf:{tmp_path / 'p'}"), seed=0)
+    assert ex.ground_truth == "2"
+
+
+def test_an_hf_directory_holding_a_tar_is_refused_unread(tmp_path, monkeypatch):
+    """datasets' webdataset builder would torch.load the tar's .pth member (an unpickle)."""
+    import io
+    import tarfile
+    pytest.importorskip("datasets", reason="the `datasets` extra is not installed")
+
+    def no_unpickling(*args, **kwargs):
+        raise AssertionError("torch.load ran on data set bytes")
+
+    monkeypatch.setattr(torch, "load", no_unpickling)
+    (tmp_path / "ds").mkdir()
+    with tarfile.open(tmp_path / "ds" / "data.tar", "w") as tar:
+        body = io.BytesIO()
+        torch.save({"x": 1}, body)
+        info = tarfile.TarInfo("0.pth")
+        info.size = len(body.getvalue())
+        tar.addfile(info, io.BytesIO(body.getvalue()))
+    with pytest.raises(DataError, match=r"ds: data.tar: an hf: directory holds only"):
+        load_source(DataSourceConfig(name=f"hf:{tmp_path / 'ds'}"), seed=0)
+
+
+def test_an_hf_directory_readme_cannot_redirect_outside_it(tmp_path):
+    pytest.importorskip("datasets", reason="the `datasets` extra is not installed")
+    (tmp_path / "secret").mkdir()
+    (tmp_path / "secret" / "rows.jsonl").write_text(json.dumps({**GOOD, "ground_truth": "9"})
+                                                    + "\n")
+    (tmp_path / "ds").mkdir()
+    (tmp_path / "ds" / "README.md").write_text(
+        "---\nconfigs:\n- config_name: default\n  data_files:\n  - split: train\n"
+        "    path: \"../secret/rows.jsonl\"\n---\n")
+    (tmp_path / "ds" / "train.jsonl").write_text(json.dumps(GOOD) + "\n")
+    (ex,), _ = load_source(DataSourceConfig(name=f"hf:{tmp_path / 'ds'}"), seed=0)
+    assert ex.ground_truth == "2"  # the directory's own file, not the README's

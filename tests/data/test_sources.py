@@ -54,11 +54,12 @@ def test_two_digit_by_one_digit_multiplication():
 class FakeTokenizer:
     """Counts one token per character of the rendered chat."""
 
-    chat_template = "<role>content ... <assistant>"
+    chat_template = ("{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}"
+                     "{% if add_generation_prompt %}<assistant>{% endif %}")
+    special_tokens_map: dict = {}
 
-    def apply_chat_template(self, messages, add_generation_prompt, tokenize):
-        assert not tokenize and add_generation_prompt
-        return "".join(f"<{m['role']}>{m['content']}" for m in messages) + "<assistant>"
+    def get_chat_template(self):
+        return self.chat_template
 
     def __call__(self, text, add_special_tokens):
         return {"input_ids": [ord(c) for c in text]}

@@ -321,3 +321,39 @@ def test_tiny_trains_with_the_r1_zero_template(tmp_path):
     assert run.data.num_dropped_too_long == 0
     saved = (tmp_path / "config.yaml").read_text()
     assert "chat_template: r1_zero" in saved
+
+
+HOSTILE_TEMPLATES = {
+    "big_string": "{% set s = 'x' * 4000000000 %}{{ messages[0].content }}",
+    "nested_loops": "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}"
+                    "{% endfor %}{{ messages[0].content }}",
+    "doubling": "{% set s = namespace(v='x') %}{% for i in range(40) %}"
+                "{% set s.v = s.v ~ s.v %}{% endfor %}{{ messages[0].content }}",
+    "padding": "{{ messages[0].content | center(4000000000) }}",
+    "power": "{{ 10 ** 100000000 }}",
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE_TEMPLATES))
+def test_an_unbounded_file_template_stops_with_a_config_error(tiny_tokenizer, tmp_path, name):
+    import time
+    path = tmp_path / f"{name}.jinja"
+    path.write_text(HOSTILE_TEMPLATES[name])
+    template = load_chat_template(str(path), tiny_tokenizer)
+    start = time.monotonic()
+    with pytest.raises(ConfigError, match=rf"data.chat_template={path}: the template "):
+        template.render([{"role": "user", "content": "hi"}], add_generation_prompt=True)
+    assert time.monotonic() - start < 10
+
+
+@pytest.mark.parametrize("name", ["big_string", "nested_loops"])
+def test_an_unbounded_tokenizer_template_stops_with_a_config_error(tiny_tokenizer, name):
+    import copy
+    import time
+    tokenizer = copy.deepcopy(tiny_tokenizer)
+    tokenizer.chat_template = HOSTILE_TEMPLATES[name]
+    template = load_chat_template("tokenizer", tokenizer)
+    start = time.monotonic()
+    with pytest.raises(ConfigError, match="the tokenizer's chat template: the template "):
+        template.render([{"role": "user", "content": "hi"}], add_generation_prompt=True)
+    assert time.monotonic() - start < 10

@@ -9,6 +9,12 @@ a built-in name (tiny-llama, smollm2-135m-instruct) or an absolute directory
 any machine that has the built-ins. The merged directory is written atomically and loads like
 any model: `rlvr generate OUT`, the transformers engine, vLLM.
 
+An adapter directory is input: before PEFT builds anything, `check_adapter_config` refuses a
+rank outside [1, the base's hidden size], an `init_lora_weights` that is not a bool (PiSSA,
+OLoRA, LoftQ ... would recompute, and rewrite, the base weights) and options rlvr never writes
+(layer replication, modules to save, DoRA, ...); after loading, the adapter file's tensor names
+must be exactly those PEFT expected (a renamed key would leave its matrix at random init).
+
 Not here: writing adapters (PEFT's `save_pretrained`, through `rlvr.learner.lora.save_adapter`).
 """
 
@@ -21,9 +27,20 @@ from pathlib import Path
 import torch
 
 from rlvr.checkpoint.atomic import fresh_tmp_dir, publish_dir
+from rlvr.config import ConfigError
 
 ADAPTER_CONFIG = "adapter_config.json"
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
 CHECKPOINT_INFO = "rlvr_checkpoint.json"
+MAX_CONFIG_BYTES = 1 << 20  # an adapter config is a few KiB of JSON
+# PEFT options rlvr's adapters never set (`rlvr.learner.lora.wrap_lora`); each changes what the
+# merge computes or builds, so an adapter setting one to anything but "off" is refused.
+UNSUPPORTED_OPTIONS = ("layer_replication", "modules_to_save", "trainable_token_indices",
+                       "use_dora", "use_rslora", "use_qalora", "use_bdlora", "lora_bias",
+                       "loftq_config", "eva_config", "corda_config", "lora_ga_config",
+                       "arrow_config", "kasa_config", "monteclora_config", "velora_config",
+                       "alora_invocation_tokens", "target_parameters", "layers_to_transform",
+                       "megatron_config")
 
 
 def is_adapter_checkpoint(directory: str | Path) -> bool:
@@ -31,13 +48,90 @@ def is_adapter_checkpoint(directory: str | Path) -> bool:
     return (Path(directory) / ADAPTER_CONFIG).is_file()
 
 
+def read_adapter_config(directory: str | Path) -> dict:
+    """The adapter's config as a dict; ConfigError naming the file when it is not a small
+    regular file holding a JSON object."""
+    path = Path(directory) / ADAPTER_CONFIG
+    if not path.is_file() or path.stat().st_size > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{path} is not a regular file of at most {MAX_CONFIG_BYTES} bytes")
+    try:
+        config = json.loads(path.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ConfigError(f"{path} is not JSON ({e})") from None
+    if not isinstance(config, dict):
+        raise ConfigError(f"{path} holds {type(config).__name__}, not a JSON object")
+    return config
+
+
 def adapter_base_model(directory: str | Path) -> str:
     """The base model an adapter checkpoint was trained on, as its config names it."""
-    path = Path(directory) / ADAPTER_CONFIG
-    base = json.loads(path.read_text()).get("base_model_name_or_path")
-    if not base:
-        raise ValueError(f"{path} names no base model (base_model_name_or_path)")
+    base = read_adapter_config(directory).get("base_model_name_or_path")
+    if not base or not isinstance(base, str):
+        raise ConfigError(f"{Path(directory) / ADAPTER_CONFIG} names no base model "
+                          "(base_model_name_or_path)")
     return base
+
+
+def _is_off(value) -> bool:
+    return value is None or value is False or value == {} or value == [] or value == ""
+
+
+def _rank_cap(base_dir: str) -> int:
+    """The largest rank that can be full-rank on any target: the base's hidden size (every
+    decoder linear layer has it as one side)."""
+    try:
+        base = json.loads((Path(base_dir) / "config.json").read_text())
+    except (OSError, ValueError):
+        base = {}
+    size = base.get("hidden_size", (base.get("text_config") or {}).get("hidden_size"))
+    return size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else 65536
+
+
+def check_adapter_config(directory: str | Path, base_dir: str) -> None:
+    """Refuse (ConfigError naming the file) an adapter config PEFT would turn into a huge
+    allocation, a long SVD over the base weights, or a model rlvr never trains."""
+    path = Path(directory) / ADAPTER_CONFIG
+    config, cap = read_adapter_config(directory), _rank_cap(base_dir)
+    if config.get("peft_type", "LORA") != "LORA":
+        raise ConfigError(f"{path}: peft_type={config.get('peft_type')!r}; rlvr merges LoRA "
+                          "adapters only")
+    ranks = {"r": config.get("r")}
+    pattern = config.get("rank_pattern") or {}
+    if not isinstance(pattern, dict):
+        raise ConfigError(f"{path}: rank_pattern must be a mapping of module names to ranks")
+    ranks.update({f"rank_pattern[{k!r}]": v for k, v in pattern.items()})
+    for name, r in ranks.items():
+        if not isinstance(r, int) or isinstance(r, bool) or not 1 <= r <= cap:
+            raise ConfigError(f"{path}: {name}={r!r} is not a rank in [1, {cap}] (the base "
+                              "model's hidden size)")
+    if not isinstance(config.get("init_lora_weights", True), bool):
+        raise ConfigError(f"{path}: init_lora_weights={config['init_lora_weights']!r}; only "
+                          "true or false (a computed init such as PiSSA or OLoRA rewrites the "
+                          "base weights)")
+    alpha = config.get("lora_alpha", 8)
+    if not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or not abs(alpha) < 1e6:
+        raise ConfigError(f"{path}: lora_alpha={alpha!r} is not a finite number")
+    for option in UNSUPPORTED_OPTIONS:
+        if not _is_off(config.get(option)):
+            raise ConfigError(f"{path}: {option}={config[option]!r} is a PEFT option rlvr's "
+                              "adapters never use; refused")
+
+
+def check_adapter_keys(model: torch.nn.Module, directory: str | Path) -> None:
+    """The adapter file's tensor names are exactly those the PEFT model expects: PEFT only
+    warns about a missing one and keeps its random init."""
+    from peft import get_peft_model_state_dict
+    from safetensors import safe_open
+
+    path = Path(directory) / ADAPTER_WEIGHTS
+    with safe_open(str(path), framework="pt") as f:
+        found = set(f.keys())
+    wanted = set(get_peft_model_state_dict(model, save_embedding_layers=False))
+    missing, unexpected = sorted(wanted - found), sorted(found - wanted)
+    if missing or unexpected:
+        raise ConfigError(f"{path} does not fit its adapter config: {len(missing)} tensors "
+                          f"missing {missing[:2]}, {len(unexpected)} unexpected "
+                          f"{unexpected[:2]}")
 
 
 def load_adapter_checkpoint(directory: str | Path, dtype: str = "float32") -> torch.nn.Module:
@@ -47,13 +141,19 @@ def load_adapter_checkpoint(directory: str | Path, dtype: str = "float32") -> to
 
     from rlvr.models import load_causal_lm, resolve_model_dir
 
-    if not (Path(directory) / "adapter_model.safetensors").is_file():
+    if not (Path(directory) / ADAPTER_WEIGHTS).is_file():
         # PEFT would fall back to `adapter_model.bin`, a pickle (house rule: none is loaded)
         raise FileNotFoundError(f"{directory} holds no adapter_model.safetensors; an adapter is "
                                 "loaded from safetensors only")
     base_dir = resolve_model_dir(adapter_base_model(directory))
+    check_adapter_config(directory, base_dir)
     base = load_causal_lm(base_dir, dtype)
-    return PeftModel.from_pretrained(base, str(directory)).eval()
+    try:
+        model = PeftModel.from_pretrained(base, str(directory))
+    except ValueError as e:  # e.g. a target module the base does not have
+        raise ConfigError(f"{Path(directory) / ADAPTER_CONFIG}: {e}") from None
+    check_adapter_keys(model, directory)
+    return model.eval()
 
 
 def load_merged_model(directory: str | Path, dtype: str = "float32") -> torch.nn.Module:

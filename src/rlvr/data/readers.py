@@ -129,13 +129,52 @@ def _value_bytes(value: Any, limit: int) -> int:
     return min(total, limit + 1)
 
 
+# The only `datasets` builders an `hf:` directory may use: they parse rows and run no code.
+# (webdataset, for one, torch.loads the .pth members of a tar; a README's `configs` can point
+# data_files outside the directory.)
+HF_DIR_BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".arrow": "arrow",
+                   ".csv": "csv"}
+
+
+def _local_hf_files(directory: Path, name: str, split: str) -> tuple[str, list[str]]:
+    """The builder and the files of `split` in an `hf:` directory, found by `datasets`' own
+    file-name rules but never from its README, each a regular file inside the directory whose
+    suffix names one of `HF_DIR_BUILDERS`; a DataError naming the directory otherwise."""
+    from datasets.data_files import DataFilesDict, get_data_patterns
+
+    try:
+        found = DataFilesDict.from_patterns(get_data_patterns(str(directory)),
+                                            base_path=str(directory))
+    except Exception as e:  # datasets' EmptyDatasetError and its kin
+        raise DataError(name, None, None, f"no data files found ({e})") from None
+    if split not in found:
+        raise DataError(name, None, None, f"no '{split}' split (it has {sorted(found)})")
+    root, files, builders = directory.resolve(), [str(f) for f in found[split]], set()
+    for file in files:
+        path = Path(file)
+        if path.is_symlink() or not path.is_file() or root not in path.resolve().parents:
+            raise DataError(name, None, None, f"{file} is not a regular file inside it")
+        builder = HF_DIR_BUILDERS.get(path.suffix.lower())
+        if builder is None:
+            raise DataError(name, None, None, f"{path.name}: an hf: directory holds only "
+                            f"{'/'.join(HF_DIR_BUILDERS)} files (no other `datasets` builder "
+                            "is run)")
+        builders.add(builder)
+    if len(builders) > 1:
+        raise DataError(name, None, None, f"the '{split}' split mixes {sorted(builders)} files")
+    return builders.pop(), files
+
+
 def iter_datasets(name: str, split: str, max_row_bytes: int = DEFAULT_MAX_ROW_BYTES
                   ) -> Iterator[tuple[int, Any]]:
     try:
         import datasets
     except ImportError as e:
         raise DataError(name, None, None, "reading it needs the `datasets` package") from e
-    if name.startswith("hf:"):
+    if name.startswith("hf:") and Path(name[3:]).is_dir():
+        builder, data_files = _local_hf_files(Path(name[3:]), name, split)
+        data = datasets.load_dataset(builder, data_files={split: data_files}, split=split)
+    elif name.startswith("hf:"):
         data = datasets.load_dataset(name[3:], split=split)
     else:
         data = datasets.load_from_disk(name)

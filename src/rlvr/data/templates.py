@@ -13,6 +13,10 @@ A template decides everything about its format: the generation prompt (rendered 
 multi-turn workflows), and the stop strings its format implies, which the run merges into
 `rollout.stop_strings`. Jinja templates are rendered with jinja2 in a sandbox with the settings
 transformers uses for chat templates, so a template file behaves here as it would there.
+A template is the user's (or a downloaded model's) code, run on every row before the model
+loads, so every one, the tokenizer's included, renders in `BoundedEnvironment`: a `*`, `**`,
+`+` or `~` result, a call's size argument and the output are capped, and a render stops past a
+deadline; a template over a limit is a ConfigError naming it.
 A rendered text is tokenized the way the tokenizer starts a document: its BOS token first if it
 adds one to plain text (Llama's `<s>`; SmolLM2 adds none), unless the text already begins with
 it, then the text without further special tokens.
@@ -23,11 +27,20 @@ the text between the turns of an episode (`rlvr.workflows.chat`, given a templat
 
 from __future__ import annotations
 
+import json
+import math
+import signal
+import threading
+import time
 from dataclasses import dataclass
+from datetime import datetime
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Protocol
 
 import jinja2
+import jinja2.ext
+from jinja2.compiler import CodeGenerator
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from rlvr.config import ConfigError
@@ -101,13 +114,174 @@ def _raise_exception(message: str) -> None:
     raise jinja2.TemplateError(message)
 
 
-def _environment() -> ImmutableSandboxedEnvironment:
+MAX_VALUE_CHARS = 1 << 22  # a string or list a template builds (4 Mi items)
+MAX_OUTPUT_CHARS = 1 << 24  # one rendered prompt (16 Mi characters)
+MAX_RENDER_SECONDS = 2.0  # one render
+MAX_POWER_BITS = 1 << 16  # an integer `**` result
+
+
+class TemplateLimitError(ConfigError):
+    """A template went past a `BoundedEnvironment` limit while rendering."""
+
+
+class _BoundedCodeGenerator(CodeGenerator):
+    """Compiles `a ~ b` (jinja2's Concat, which the sandbox cannot intercept) so its result
+    goes through `environment.checked`."""
+
+    def visit_Concat(self, node, frame) -> None:
+        self.write("environment.checked(")
+        super().visit_Concat(node, frame)
+        self.write(")")
+
+
+class BoundedEnvironment(ImmutableSandboxedEnvironment):
+    """jinja2's immutable sandbox with size caps and a per-render deadline (`render`)."""
+
+    code_generator_class = _BoundedCodeGenerator
+    intercepted_binops = frozenset({"*", "**", "+", "//", "%"})
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._deadline = threading.local()
+        self.globals["range"] = self._range
+        self.filters = {k: self._bounded_call(f) for k, f in self.filters.items()}
+
+    def limit(self, problem: str) -> TemplateLimitError:
+        return TemplateLimitError(f"the template {problem}")
+
+    def tick(self) -> None:
+        deadline = getattr(self._deadline, "at", None)
+        if deadline is not None and time.monotonic() > deadline:
+            raise self.limit(f"took over {MAX_RENDER_SECONDS:g} s to render one prompt")
+
+    def checked(self, value: Any) -> Any:
+        self.tick()
+        if isinstance(value, (str, bytes, list, tuple)) and len(value) > MAX_VALUE_CHARS:
+            raise self.limit(f"built a value of {len(value):,} items (over {MAX_VALUE_CHARS:,})")
+        return value
+
+    def _check_args(self, args: tuple, kwargs: dict) -> None:
+        # a size argument (`center(10**9)`, `"x".ljust(...)`, `"%9999999999s"|format`) is
+        # refused before the call allocates
+        for value in (*args, *kwargs.values()):
+            if isinstance(value, int) and abs(value) > MAX_VALUE_CHARS:
+                raise self.limit(f"passed {value:,} to a call (over {MAX_VALUE_CHARS:,})")
+            if isinstance(value, str) and len(value) < 64 and any(c.isdigit() for c in value):
+                digits = "".join(c if c.isdigit() else " " for c in value).split()
+                if any(len(d) > 7 for d in digits):
+                    raise self.limit(f"passed the format {value!r} to a call")
+        self.tick()
+
+    def _bounded_call(self, function: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self._check_args(args[1:], kwargs)
+            return self.checked(function(*args, **kwargs))
+        for attribute in ("jinja_pass_arg", "__name__"):  # jinja2 passes context/env by these
+            if hasattr(function, attribute):
+                setattr(call, attribute, getattr(function, attribute))
+        return call
+
+    def call(self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
+        self._check_args(args, kwargs)
+        if isinstance(__obj, str) or getattr(__obj, "__self__", None).__class__ is str:
+            self._check_args((__obj if isinstance(__obj, str) else __obj.__self__,), {})
+        return self.checked(super().call(__context, __obj, *args, **kwargs))
+
+    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+        self.tick()
+        sized = (str, bytes, list, tuple)
+        if operator == "*" and isinstance(left, int) and isinstance(right, sized):
+            left, right = right, left
+        if operator == "*" and isinstance(left, sized) and isinstance(right, int):
+            if len(left) * max(right, 0) > MAX_VALUE_CHARS:
+                raise self.limit(f"repeats {len(left):,} items {right:,} times (over "
+                                 f"{MAX_VALUE_CHARS:,})")
+        if operator == "**" and isinstance(left, int) and isinstance(right, int) and right > 0:
+            if right * math.log2(abs(left) + 1) > MAX_POWER_BITS:
+                raise self.limit(f"raises {left} to the power {right:,}")
+        if operator == "%" and isinstance(left, str):
+            self._check_args((left,), {})
+        return self.checked(super().call_binop(context, operator, left, right))
+
+    def _range(self, *args: int) -> Any:
+        self._check_args(args, {})
+        for i in range(*args):  # a loop over a range ticks the deadline every item
+            self.tick()
+            yield i
+
+    def render(self, template: jinja2.Template, **variables: Any) -> str:
+        """`template` rendered with `variables`, stopped past `MAX_OUTPUT_CHARS` or
+        `MAX_RENDER_SECONDS` (and, on the main thread, an interval timer stops a loop the
+        checks cannot see, such as one over a long string)."""
+        self._deadline.at = time.monotonic() + MAX_RENDER_SECONDS
+        timer = threading.current_thread() is threading.main_thread()
+        if timer:
+            def expire(signum: int, frame: Any) -> None:
+                raise self.limit(f"took over {MAX_RENDER_SECONDS:g} s to render one prompt")
+            previous = signal.signal(signal.SIGALRM, expire)
+            signal.setitimer(signal.ITIMER_REAL, MAX_RENDER_SECONDS + 1)
+        try:
+            parts, size = [], 0
+            for part in template.generate(**variables):
+                size += len(part)
+                if size > MAX_OUTPUT_CHARS:
+                    raise self.limit(f"rendered over {MAX_OUTPUT_CHARS:,} characters")
+                parts.append(part)
+            return "".join(parts)
+        finally:
+            self._deadline.at = None
+            if timer:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                signal.signal(signal.SIGALRM, previous)
+
+
+def _environment() -> BoundedEnvironment:
     # The settings transformers compiles chat templates with, so a template file written for
     # a tokenizer renders the same text here.
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=["jinja2.ext.loopcontrols"])
+    env = BoundedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                             extensions=["jinja2.ext.loopcontrols"])
     env.globals["raise_exception"] = _raise_exception
     return env
+
+
+class _GenerationTag(jinja2.ext.Extension):
+    """transformers' `{% generation %}...{% endgeneration %}` (it marks the assistant's
+    tokens); rendered here as its body, as apply_chat_template renders it without a mask."""
+
+    tags = {"generation"}
+
+    def parse(self, parser: Any) -> Any:
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        return jinja2.nodes.CallBlock(self.call_method("_body"), [], [], body
+                                      ).set_lineno(lineno)
+
+    def _body(self, caller: Any) -> str:
+        return caller()
+
+
+def _tojson(x: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None,
+            sort_keys: bool = False) -> str:
+    # transformers' chat-template `tojson` (jinja2's own escapes HTML characters)
+    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+                      sort_keys=sort_keys)
+
+
+def _strftime_now(format: str) -> str:
+    return datetime.now().strftime(format)
+
+
+@lru_cache(maxsize=8)
+def _tokenizer_environment_template(text: str) -> jinja2.Template:
+    """A tokenizer's template text compiled in a `BoundedEnvironment` holding what
+    transformers' chat-template environment holds (`tojson`, `strftime_now`,
+    `{% generation %}`), so it renders what `apply_chat_template` would. Never compiled by
+    transformers: its compiler folds constants such as `'x' * 4000000000`."""
+    env = BoundedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                             extensions=[_GenerationTag, "jinja2.ext.loopcontrols"])
+    env.filters["tojson"] = env._bounded_call(_tojson)
+    env.globals.update(raise_exception=_raise_exception, strftime_now=_strftime_now)
+    return env.from_string(text)
 
 
 @dataclass(frozen=True)
@@ -122,8 +296,11 @@ class TokenizerTemplate:
     stop_strings: tuple[str, ...] = ()
 
     def render(self, messages: list[dict], add_generation_prompt: bool) -> str:
-        return self.tokenizer.apply_chat_template(messages, tokenize=False,
-                                                  add_generation_prompt=add_generation_prompt)
+        # What apply_chat_template(tokenize=False) renders, in a bounded sandbox.
+        template = _tokenizer_environment_template(self.tokenizer.get_chat_template())
+        return _bounded_render(template, self.origin, messages=messages, tools=None,
+                               documents=None, add_generation_prompt=add_generation_prompt,
+                               **self.tokenizer.special_tokens_map)
 
     def encode(self, text: str) -> list[int]:
         # What apply_chat_template(tokenize=True) does: the template writes its own specials.
@@ -141,14 +318,27 @@ class JinjaTemplate:
     stop_strings: tuple[str, ...] = ()
 
     def render(self, messages: list[dict], add_generation_prompt: bool) -> str:
-        return self.template.render(messages=messages, add_generation_prompt=add_generation_prompt,
-                                    bos_token=self.tokenizer.bos_token or "",
-                                    eos_token=self.tokenizer.eos_token or "")
+        field = "" if self.name in CHAT_TEMPLATES else "data.chat_template="
+        return _bounded_render(self.template, f"{field}{self.origin}", messages=messages,
+                               add_generation_prompt=add_generation_prompt,
+                               bos_token=self.tokenizer.bos_token or "",
+                               eos_token=self.tokenizer.eos_token or "")
 
     def encode(self, text: str) -> list[int]:
         bos = self.tokenizer.bos_token
         start = [] if bos and text.startswith(bos) else document_start_ids(self.tokenizer)
         return start + list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def _bounded_render(template: jinja2.Template, origin: str, **variables: Any) -> str:
+    """`template` rendered in its `BoundedEnvironment`; a limit it passes is a ConfigError
+    naming `origin` (the tokenizer's template, or data.chat_template=FILE)."""
+    try:
+        return template.environment.render(template, **variables)
+    except TemplateLimitError as e:
+        raise TemplateLimitError(f"{origin}: {e}") from None
+    except MemoryError:
+        raise TemplateLimitError(f"{origin}: the template ran out of memory") from None
 
 
 def document_start_ids(tokenizer: Any) -> list[int]:

@@ -14,6 +14,7 @@ import errno
 import inspect
 import json
 import logging
+import math
 import os
 import stat
 from pathlib import Path
@@ -269,31 +270,54 @@ _EXTENDING_ROPE = ("linear", "dynamic", "yarn")
 def model_position_limit(model_dir: str) -> tuple[int, str] | None:
     """(the most positions the model places, the config key it comes from), read from the
     model's config.json (no weights, no code run); None where there is no config.json here (a
-    hub id not downloaded, a LoRA checkpoint's adapter) or it names no limit."""
+    hub id not downloaded, a LoRA checkpoint's adapter) or it names no limit. ConfigError where
+    config.json is not a JSON object or its rope scaling is not one of the shapes transformers
+    writes (a dict, or a dict of them per layer type, with a finite number as factor)."""
+    from rlvr.models.checks import read_model_config  # no torch import at module level
+
     path = Path(model_dir) / "config.json"
-    try:
-        config = json.loads(path.read_text())
-    except (OSError, ValueError):
+    config = read_model_config(model_dir)
+    if config is None:
         return None
     if isinstance(config.get("text_config"), dict):  # a multimodal model's language model
         config = config["text_config"]
     for key in _POSITION_KEYS:
         limit = config.get(key)
-        if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0:
+        if _positive_int(limit):
             break
     else:
         return None
-    rope = config.get("rope_scaling") or config.get("rope_parameters") or {}
+    rope_key = "rope_scaling" if config.get("rope_scaling") else "rope_parameters"
+    rope = config.get(rope_key) or {}
+    if not isinstance(rope, dict):
+        raise ConfigError(f"{path}: {rope_key}={rope!r} is not a JSON object")
     scalings = [rope] if "factor" in rope or "rope_type" in rope or "type" in rope else \
         [v for v in rope.values() if isinstance(v, dict)]  # per layer type (transformers 5)
     for scaling in scalings:
+        kind = scaling.get("rope_type") or scaling.get("type")
+        if kind not in _EXTENDING_ROPE:
+            continue
         factor = scaling.get("factor")
-        if (scaling.get("rope_type") or scaling.get("type")) in _EXTENDING_ROPE and \
-                isinstance(factor, (int, float)) and factor > 1:
-            base = scaling.get("original_max_position_embeddings") or limit
+        if not _finite_number(factor) or factor <= 0:
+            raise ConfigError(f"{path}: {rope_key} {kind} factor={factor!r} is not a finite "
+                              "positive number")
+        base = scaling.get("original_max_position_embeddings") or limit
+        if not _positive_int(base):
+            raise ConfigError(f"{path}: {rope_key} original_max_position_embeddings={base!r} "
+                              "is not a positive integer")
+        if factor > 1:
             limit = max(limit, int(base * factor))
-            key = f"{key} with rope {scaling.get('rope_type') or scaling.get('type')} x{factor:g}"
+            key = f"{key} with rope {kind} x{factor:g}"
     return limit, key
+
+
+def _positive_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _finite_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and \
+        math.isfinite(value)
 
 
 def check_position_limit(cfg: Config, model_dir: str, trains: bool = True) -> None:

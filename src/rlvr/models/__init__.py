@@ -12,6 +12,8 @@ from typing import Callable
 
 import torch
 
+from rlvr.models.checks import (check_config_against_weights, check_loading_info,
+                               check_model_dir_files, check_tokenizer_tokens)
 from rlvr.models.smollm2 import write_smollm2
 from rlvr.models.tiny import write_tiny_model
 
@@ -32,7 +34,15 @@ def cache_root() -> Path:
 
 
 def resolve_model_dir(name_or_path: str) -> str:
-    """A directory (or hub id) transformers can load: built-ins are written on first use."""
+    """A directory (or hub id) transformers can load: built-ins are written on first use. A
+    local directory's files are checked before anything reads them (`check_model_dir_files`):
+    ConfigError where one is not a regular file inside it, or too large."""
+    resolved = _resolve(name_or_path)
+    check_model_dir_files(resolved)
+    return resolved
+
+
+def _resolve(name_or_path: str) -> str:
     if name_or_path in BUILTIN_MODELS:
         revision = BUILTIN_REVISIONS.get(name_or_path, 1)
         suffix = f".v{revision}" if revision > 1 else ""
@@ -74,7 +84,9 @@ TRUST_REMOTE_CODE = False
 def load_tokenizer(model_dir: str):
     from transformers import AutoTokenizer
 
+    check_model_dir_files(model_dir)  # a caller may pass a directory not resolved here
     tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=TRUST_REMOTE_CODE)
+    check_tokenizer_tokens(tokenizer, model_dir)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
@@ -103,11 +115,17 @@ def load_causal_lm(model_dir: str, dtype: str = "float32",
         raise FileNotFoundError(f"{model_dir} holds a LoRA adapter, not a whole model: "
                                 f"`rlvr merge {model_dir} OUT` writes one (rlvr generate merges "
                                 "on the fly)")
+    check_model_dir_files(model_dir)
+    check_config_against_weights(model_dir)  # before modules of the config's sizes are built
     # Safetensors only: a `pytorch_model.bin` is a pickle, and torch's restricted unpickler is
     # still an unpickler of a file someone else wrote (house rule: none).
-    return AutoModelForCausalLM.from_pretrained(
+    model, info = AutoModelForCausalLM.from_pretrained(
         model_dir, dtype=DTYPES[dtype], trust_remote_code=TRUST_REMOTE_CODE, use_safetensors=True,
-        attn_implementation=transformers_names[attn_implementation])
+        attn_implementation=transformers_names[attn_implementation], output_loading_info=True)
+    # transformers initialises a weight missing from the file at random and only logs it
+    # (which rlvr silences): refused here, so a mismatched directory never trains as noise.
+    check_loading_info(model_dir, info, bool(getattr(model.config, "tie_word_embeddings", False)))
+    return model
 
 
 def decoder_layers(model: torch.nn.Module) -> torch.nn.Module | None:

@@ -1,0 +1,204 @@
+"""Checks of a model directory as untrusted input, before and after transformers reads it: the
+files it reads are regular files inside the directory and of a sane size, the config is a JSON
+object whose layer count and embedding shape match the weights' safetensors headers (read
+without the weights), every weight the model needs was loaded from the file, and the tokenizer
+has an end-of-sequence token the model can embed. Each failure is a ConfigError naming the
+directory or file. This module loads nothing itself: `rlvr.models` calls it around its loads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+import struct
+from pathlib import Path
+
+from rlvr.config import ConfigError
+
+# The files rlvr or transformers reads from a model, tokenizer or adapter directory.
+_READ_NAMES = {"config.json", "generation_config.json", "special_tokens_map.json",
+               "added_tokens.json", "chat_template.json", "chat_template.jinja", "vocab.json",
+               "merges.txt", "model.safetensors.index.json"}
+_READ_PREFIXES = ("tokenizer", "adapter_", "chat_template")
+_READ_SUFFIXES = (".safetensors", ".jinja")
+# transformers 5 also reads every template in this subdirectory.
+_TEMPLATE_SUBDIR = "additional_chat_templates"
+# Files that are parsed whole into memory (everything but the weights, which are mapped).
+# SmolLM2's tokenizer.json is 3.4 MiB, Qwen's about 11 MiB.
+MAX_TEXT_BYTES = 64 << 20
+# safetensors itself refuses a header over 100 MB.
+MAX_HEADER_BYTES = 100_000_000
+
+
+def _is_read(name: str) -> bool:
+    return (name in _READ_NAMES or name.startswith(_READ_PREFIXES)
+            or name.endswith(_READ_SUFFIXES))
+
+
+def _inside(target: Path, directory: Path) -> bool:
+    # A Hugging Face hub snapshot (<repo>/snapshots/<rev>/) links each file to <repo>/blobs/:
+    # that layout is transformers' own cache, so a link into its blobs is allowed too.
+    roots = [directory]
+    if directory.parent.name == "snapshots":
+        roots.append(directory.parent.parent / "blobs")
+    return any(target == root or root in target.parents for root in roots)
+
+
+def check_model_dir_files(model_dir: str) -> None:
+    """Every file of `model_dir` that rlvr or transformers reads is a regular file (not a FIFO,
+    which hangs a read, nor a device: /dev/zero reads until memory runs out), resolves inside
+    the directory (a link to a file outside would be read, and copied into the run's
+    checkpoints), and, unless it is weights, is at most MAX_TEXT_BYTES. ConfigError naming the
+    file. A path that is not a local directory (a hub id) is left to transformers."""
+    directory = Path(model_dir)
+    if not directory.is_dir():
+        return
+    real_dir = directory.resolve()
+    entries = [p for p in directory.iterdir() if _is_read(p.name)]
+    templates = directory / _TEMPLATE_SUBDIR
+    if templates.is_dir():
+        entries += list(templates.iterdir())
+    for path in entries:
+        try:
+            target = path.resolve(strict=True)
+            mode = os.stat(target).st_mode
+        except (OSError, RuntimeError) as e:  # a dangling link, a link loop
+            raise ConfigError(f"{path}: cannot be read as a model file: {e}") from e
+        if not _inside(target, real_dir):
+            raise ConfigError(f"{path} links to {target}, outside the model directory "
+                              f"{directory}: copy the file in instead")
+        if not stat.S_ISREG(mode):
+            raise ConfigError(f"{path} is not a regular file (a FIFO, device or directory)")
+        size = os.stat(target).st_size
+        if not path.name.endswith(".safetensors") and size > MAX_TEXT_BYTES:
+            raise ConfigError(f"{path} is {size} bytes, more than the {MAX_TEXT_BYTES} a "
+                              "model's config or tokenizer file may be")
+
+
+def read_model_config(model_dir: str) -> dict | None:
+    """config.json of `model_dir` as a dict, or None where there is none (a hub id, an
+    adapter); ConfigError where it is not JSON or not a JSON object."""
+    path = Path(model_dir) / "config.json"
+    if not path.is_file():
+        return None
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{path} is not valid JSON: {e}") from e
+    if not isinstance(config, dict):
+        raise ConfigError(f"{path} holds a JSON {type(config).__name__}, not an object")
+    return config
+
+
+def read_safetensors_header(path: Path) -> dict[str, dict]:
+    """The tensor entries (name -> {"dtype", "shape", ...}) of a safetensors file, from its
+    header alone: an 8-byte little-endian length, then that many bytes of JSON."""
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            raise ConfigError(f"{path} is not a safetensors file (shorter than its header)")
+        (length,) = struct.unpack("<Q", head)
+        if length > min(MAX_HEADER_BYTES, size - 8):
+            raise ConfigError(f"{path}: its header claims {length} bytes, more than the file "
+                              f"holds or {MAX_HEADER_BYTES}")
+        try:
+            header = json.loads(f.read(length))
+        except ValueError as e:
+            raise ConfigError(f"{path}: its header is not valid JSON: {e}") from e
+    if not isinstance(header, dict):
+        raise ConfigError(f"{path}: its header is not a JSON object")
+    header.pop("__metadata__", None)
+    return header
+
+
+_LAYER_INDEX = re.compile(r"(?:^|\.)(?:layers|h|blocks|layer)\.(\d+)\.")
+_EMBEDDING_KEYS = ("embed_tokens.weight", "wte.weight", "word_embeddings.weight")
+
+
+def _int_field(config: dict, keys: tuple[str, ...]) -> tuple[str, int] | None:
+    for key in keys:
+        value = config.get(key)
+        if value is not None:
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ConfigError(f"{key}={value!r} is not a positive integer")
+            return key, value
+    return None
+
+
+def check_config_against_weights(model_dir: str) -> None:
+    """The sizes config.json gives match the weights' headers, before transformers builds
+    modules of those sizes (num_hidden_layers=100000 built layers for minutes): the layer count
+    is one more than the highest `layers.N.` index in the weights, and the token embedding is
+    vocab_size x hidden_size. ConfigError naming config.json."""
+    config = read_model_config(model_dir)
+    weights = sorted(p for p in Path(model_dir).glob("*.safetensors")
+                     if not p.name.startswith("adapter_"))
+    if config is None or not weights:
+        return  # transformers says what is missing
+    config_path = Path(model_dir) / "config.json"
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    shapes: dict[str, list] = {}
+    for path in weights:
+        for name, entry in read_safetensors_header(path).items():
+            if isinstance(entry, dict) and isinstance(entry.get("shape"), list):
+                shapes[name] = entry["shape"]
+    try:
+        layers = _int_field(text, ("num_hidden_layers", "n_layer", "num_layers"))
+        vocab = _int_field(text, ("vocab_size",))
+        width = _int_field(text, ("hidden_size", "n_embd", "d_model"))
+    except ConfigError as e:
+        raise ConfigError(f"{config_path}: {e}") from None
+    indices = [int(m.group(1)) for name in shapes if (m := _LAYER_INDEX.search(name))]
+    if layers is not None and indices and layers[1] != max(indices) + 1:
+        raise ConfigError(f"{config_path}: {layers[0]}={layers[1]}, but the weights in "
+                          f"{model_dir} hold {max(indices) + 1} layers")
+    embedding = next((name for name in shapes if name.endswith(_EMBEDDING_KEYS)), None)
+    if embedding is None or vocab is None:
+        return
+    rows, *rest = shapes[embedding] or [None]
+    widths = {width[1]} if width else set()
+    widths |= {text[k] for k in ("word_embed_proj_dim", "embedding_size") if k in text}
+    if rows != vocab[1] or (widths and (len(rest) != 1 or rest[0] not in widths)):
+        raise ConfigError(f"{config_path}: vocab_size={vocab[1]}"
+                          + (f", {width[0]}={width[1]}" if width else "")
+                          + f", but the weights' {embedding} has shape {shapes[embedding]}")
+
+
+def check_loading_info(model_dir: str, info: dict, tied: bool) -> None:
+    """Every weight the model has came from the file, and every weight in the file went into
+    the model: transformers initialises a missing one at random and only logs it (a config
+    naming more layers than the file holds, renamed keys, the wrong model_type). A tied
+    `lm_head.weight` may be absent: it is the embedding. ConfigError naming a few keys."""
+    missing = [k for k in info.get("missing_keys", ()) if not (tied and k == "lm_head.weight")]
+    problems = [(what, sorted(map(str, keys))) for what, keys in (
+        ("missing from the weights", missing),
+        ("in the weights but not the model", info.get("unexpected_keys", ())),
+        ("of a different shape than the config says", info.get("mismatched_keys", ())),
+        ("not loadable", info.get("error_msgs", ())))
+        if keys]
+    if problems:
+        said = "; ".join(f"{len(keys)} {what} ({', '.join(k[:80] for k in keys[:3])}"
+                         f"{', ...' if len(keys) > 3 else ''})" for what, keys in problems)
+        raise ConfigError(f"{model_dir}: its weights do not match its config.json: {said}")
+
+
+def check_tokenizer_tokens(tokenizer, model_dir: str) -> None:
+    """The tokenizer ends sequences and fits the model: an eos token that is set, not empty and
+    not whitespace, with an id, and no more tokens than config.json's vocab_size (the
+    embedding's rows; a larger id fails mid-run with IndexError). ConfigError naming the file."""
+    where = Path(model_dir) / "tokenizer_config.json"
+    eos = tokenizer.eos_token
+    if not isinstance(eos, str) or not eos.strip() or tokenizer.eos_token_id is None:
+        raise ConfigError(f"{where}: eos_token={eos!r} is not a usable end-of-sequence token "
+                          "(set, not empty, not whitespace, in the vocabulary)")
+    config = read_model_config(model_dir)
+    if config is None:
+        return
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    vocab = text.get("vocab_size")
+    if isinstance(vocab, int) and not isinstance(vocab, bool) and len(tokenizer) > vocab:
+        raise ConfigError(f"{where}: the tokenizer has {len(tokenizer)} tokens, more than "
+                          f"vocab_size={vocab} in {Path(model_dir) / 'config.json'}")

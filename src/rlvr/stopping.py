@@ -144,6 +144,9 @@ def note_verification(run: Run, step: int, episodes: Episodes, metrics: dict[str
                 run.failed_verification_steps, run.cfg.rewards.max_failed_steps)
 
 
+QUIET_STEPS_WITHOUT_SIGNAL = 3  # steps in a row without signal logged at INFO before a WARNING
+
+
 @dataclass
 class Streaks:
     """Steps in a row that taught nothing, as `check_streaks` counts them."""
@@ -184,10 +187,12 @@ def check_learning_signal(run: Run, step: int, metrics: dict[str, float],
     streaks.without_signal += 1
     streaks.rewards_without_signal.append(metrics.get("objective/verifiable_reward", 0.0))
     limit = cfg.algorithm.max_steps_without_update
-    log.warning("step %d: no sample had a non-zero advantage (every group's rewards were "
-                "equal), so nothing was learnt; %d such step(s) in a row%s", step,
-                streaks.without_signal,
-                f", the run stops at algorithm.max_steps_without_update={limit}" if limit else "")
+    # One such step now and then is normal (a batch of solved prompts); a streak is not.
+    log.log(logging.WARNING if streaks.without_signal >= QUIET_STEPS_WITHOUT_SIGNAL
+            else logging.INFO,
+            "step %d: no sample had a non-zero advantage (every group's rewards were equal), "
+            "so nothing was learnt; %d such step(s) in a row%s", step, streaks.without_signal,
+            f", the run stops at algorithm.max_steps_without_update={limit}" if limit else "")
     if limit and streaks.without_signal >= limit:
         if not has_state(run, step):
             save_state(capture_state(run, step), run.state_dir,

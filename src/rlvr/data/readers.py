@@ -30,7 +30,7 @@ def _too_long(source: str, row: int, size: str, max_row_bytes: int) -> DataError
                                         f"{max_row_bytes}; raise it if such rows are meant")
 
 
-def _lines(f: Any, max_row_bytes: int) -> Iterator[bytes | int]:
+def bounded_lines(f: Any, max_row_bytes: int) -> Iterator[bytes | int]:
     """Each line of the binary file `f`, or for a line over `max_row_bytes` its length,
     counted while it is skipped in bounded pieces."""
     while True:
@@ -53,7 +53,7 @@ def iter_jsonl(path: Path, max_row_bytes: int = DEFAULT_MAX_ROW_BYTES
                ) -> Iterator[tuple[int, Any]]:
     """(row index, parsed object or a DataError for that row)."""
     with open(path, "rb") as f:
-        for row, raw in enumerate(_lines(f, max_row_bytes)):
+        for row, raw in enumerate(bounded_lines(f, max_row_bytes)):
             if isinstance(raw, int):
                 yield row, _too_long(str(path), row, f"{raw:,}", max_row_bytes)
                 continue

@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
+from rlvr.data.readers import bounded_lines
 from rlvr.metrics.traces import step_files
 from rlvr.report.samples import SampleChoice, spread_points
 
@@ -102,28 +103,43 @@ def load_run(path: Path | str, max_points: int = SampleChoice.max_points) -> Run
     return run
 
 
+MAX_METRICS_LINE_BYTES = 1 << 20  # a step record is a few kilobytes
+MAX_TRACE_FILE_BYTES = 256 << 20  # one step's samples, uncompressed
+
+
 def read_metrics(path: Path, warnings: list[str]) -> tuple[list[dict[str, Any]], bool]:
     """The step records of `metrics.jsonl`, and whether its last line was torn (a run in the
     middle of writing it). A run restarted in the same directory without resuming appends
     steps from 0 again: the later attempt's records replace the earlier ones from the step it
     restarted at."""
-    text = path.read_text(encoding="utf-8")
-    lines = text.split("\n")
-    torn = bool(lines[-1].strip())  # the file should end with a newline
     rows: list[dict[str, Any]] = []
-    for number, line in enumerate(lines[:-1], start=1):
-        if not line.strip():
-            continue
+    torn = False
+    with open(path, "rb") as f:  # line by line: a run directory is the report's input, any size
+        for number, raw in enumerate(bounded_lines(f, MAX_METRICS_LINE_BYTES), start=1):
+            if isinstance(raw, int):  # a step record is kilobytes: this is no step record
+                warnings.append(f"{path} line {number}: skipped, {raw:,} bytes (a step record "
+                                f"is under {MAX_METRICS_LINE_BYTES:,})")
+                continue
+            if not raw.endswith(b"\n"):  # the file should end with a newline
+                torn = bool(raw.strip())
+                break
+            _add_step(rows, raw.decode("utf-8", errors="replace"), path, number, warnings)
+    return rows, torn
+
+
+def _add_step(rows: list[dict[str, Any]], line: str, path: Path, number: int,
+              warnings: list[str]) -> None:
+    """`line`'s step record onto `rows`, replacing the records of the same or later steps."""
+    if line.strip():
         try:
             record = json.loads(line)
             step = int(record["training_step"])
-        except (ValueError, KeyError, TypeError) as e:
+        except (ValueError, KeyError, TypeError, RecursionError) as e:
             warnings.append(f"{path} line {number}: skipped, not a step record ({e})")
-            continue
+            return
         while rows and rows[-1]["training_step"] >= step:
             rows.pop()
         rows.append({k: (math.nan if v is None else v) for k, v in record.items()})
-    return rows, torn
 
 
 def wall_clock(elapsed: pd.Series, length: int) -> list[float]:
@@ -149,6 +165,15 @@ def read_traces(files: list[Path], warnings: list[str]) -> pd.DataFrame | None:
     tables = []
     for file in files:
         try:
+            # A compressed file of kilobytes can hold gigabytes: its metadata says how many.
+            meta = pq.ParquetFile(file).metadata
+            size = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+            if size > MAX_TRACE_FILE_BYTES:
+                message = (f"{file}: skipped, {size:,} bytes uncompressed (a step's traces "
+                           f"are read whole, up to {MAX_TRACE_FILE_BYTES:,})")
+                log.warning(message)
+                warnings.append(message)
+                continue
             tables.append(pq.read_table(file))
         except (pa.ArrowException, OSError) as e:
             message = f"{file}: skipped, not a whole Parquet file ({_first_line(e)})"

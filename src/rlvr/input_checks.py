@@ -273,17 +273,17 @@ def model_position_limit(model_dir: str) -> tuple[int, str] | None:
     hub id not downloaded, a LoRA checkpoint's adapter) or it names no limit. ConfigError where
     config.json is not a JSON object or its rope scaling is not one of the shapes transformers
     writes (a dict, or a dict of them per layer type, with a finite number as factor)."""
-    from rlvr.models.checks import read_model_config  # no torch import at module level
+    # no torch import at module level
+    from rlvr.models.checks import is_positive_int, read_model_config, text_config
 
     path = Path(model_dir) / "config.json"
     config = read_model_config(model_dir)
     if config is None:
         return None
-    if isinstance(config.get("text_config"), dict):  # a multimodal model's language model
-        config = config["text_config"]
+    config = text_config(config)  # a multimodal model's language model
     for key in _POSITION_KEYS:
         limit = config.get(key)
-        if _positive_int(limit):
+        if is_positive_int(limit):
             break
     else:
         return None
@@ -302,17 +302,13 @@ def model_position_limit(model_dir: str) -> tuple[int, str] | None:
             raise ConfigError(f"{path}: {rope_key} {kind} factor={factor!r} is not a finite "
                               "positive number")
         base = scaling.get("original_max_position_embeddings") or limit
-        if not _positive_int(base):
+        if not is_positive_int(base):
             raise ConfigError(f"{path}: {rope_key} original_max_position_embeddings={base!r} "
                               "is not a positive integer")
         if factor > 1:
             limit = max(limit, int(base * factor))
             key = f"{key} with rope {kind} x{factor:g}"
     return limit, key
-
-
-def _positive_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 def _finite_number(value: object) -> bool:

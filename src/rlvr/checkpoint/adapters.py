@@ -28,6 +28,8 @@ import torch
 
 from rlvr.checkpoint.atomic import fresh_tmp_dir, publish_dir
 from rlvr.config import ConfigError
+from rlvr.models.checks import (is_positive_int, read_json_object, read_model_config,
+                               text_config)
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -51,16 +53,7 @@ def is_adapter_checkpoint(directory: str | Path) -> bool:
 def read_adapter_config(directory: str | Path) -> dict:
     """The adapter's config as a dict; ConfigError naming the file when it is not a small
     regular file holding a JSON object."""
-    path = Path(directory) / ADAPTER_CONFIG
-    if not path.is_file() or path.stat().st_size > MAX_CONFIG_BYTES:
-        raise ConfigError(f"{path} is not a regular file of at most {MAX_CONFIG_BYTES} bytes")
-    try:
-        config = json.loads(path.read_text())
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ConfigError(f"{path} is not JSON ({e})") from None
-    if not isinstance(config, dict):
-        raise ConfigError(f"{path} holds {type(config).__name__}, not a JSON object")
-    return config
+    return read_json_object(Path(directory) / ADAPTER_CONFIG, MAX_CONFIG_BYTES)
 
 
 def adapter_base_model(directory: str | Path) -> str:
@@ -79,12 +72,12 @@ def _is_off(value) -> bool:
 def _rank_cap(base_dir: str) -> int:
     """The largest rank that can be full-rank on any target: the base's hidden size (every
     decoder linear layer has it as one side)."""
-    try:
-        base = json.loads((Path(base_dir) / "config.json").read_text())
-    except (OSError, ValueError):
+    try:  # a broken base config.json is refused when the base loads, right after
+        base = read_model_config(base_dir) or {}
+    except ConfigError:
         base = {}
-    size = base.get("hidden_size", (base.get("text_config") or {}).get("hidden_size"))
-    return size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else 65536
+    size = base.get("hidden_size", text_config(base).get("hidden_size"))
+    return size if is_positive_int(size) else 65536
 
 
 def check_adapter_config(directory: str | Path, base_dir: str) -> None:
@@ -101,7 +94,7 @@ def check_adapter_config(directory: str | Path, base_dir: str) -> None:
         raise ConfigError(f"{path}: rank_pattern must be a mapping of module names to ranks")
     ranks.update({f"rank_pattern[{k!r}]": v for k, v in pattern.items()})
     for name, r in ranks.items():
-        if not isinstance(r, int) or isinstance(r, bool) or not 1 <= r <= cap:
+        if not is_positive_int(r) or r > cap:
             raise ConfigError(f"{path}: {name}={r!r} is not a rank in [1, {cap}] (the base "
                               "model's hidden size)")
     if not isinstance(config.get("init_lora_weights", True), bool):

@@ -235,11 +235,11 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
                 signal.signal(signal.SIGALRM, previous)
 
 
-def _environment() -> BoundedEnvironment:
+def _environment(*extensions: Any) -> BoundedEnvironment:
     # The settings transformers compiles chat templates with, so a template file written for
     # a tokenizer renders the same text here.
     env = BoundedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                             extensions=["jinja2.ext.loopcontrols"])
+                             extensions=[*extensions, "jinja2.ext.loopcontrols"])
     env.globals["raise_exception"] = _raise_exception
     return env
 
@@ -277,10 +277,9 @@ def _tokenizer_environment_template(text: str) -> jinja2.Template:
     transformers' chat-template environment holds (`tojson`, `strftime_now`,
     `{% generation %}`), so it renders what `apply_chat_template` would. Never compiled by
     transformers: its compiler folds constants such as `'x' * 4000000000`."""
-    env = BoundedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                             extensions=[_GenerationTag, "jinja2.ext.loopcontrols"])
+    env = _environment(_GenerationTag)
     env.filters["tojson"] = env._bounded_call(_tojson)
-    env.globals.update(raise_exception=_raise_exception, strftime_now=_strftime_now)
+    env.globals["strftime_now"] = _strftime_now
     return env.from_string(text)
 
 

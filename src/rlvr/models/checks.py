@@ -63,33 +63,51 @@ def check_model_dir_files(model_dir: str) -> None:
     for path in entries:
         try:
             target = path.resolve(strict=True)
-            mode = os.stat(target).st_mode
+            status = os.stat(target)
         except (OSError, RuntimeError) as e:  # a dangling link, a link loop
             raise ConfigError(f"{path}: cannot be read as a model file: {e}") from e
         if not _inside(target, real_dir):
             raise ConfigError(f"{path} links to {target}, outside the model directory "
                               f"{directory}: copy the file in instead")
-        if not stat.S_ISREG(mode):
+        if not stat.S_ISREG(status.st_mode):
             raise ConfigError(f"{path} is not a regular file (a FIFO, device or directory)")
-        size = os.stat(target).st_size
-        if not path.name.endswith(".safetensors") and size > MAX_TEXT_BYTES:
-            raise ConfigError(f"{path} is {size} bytes, more than the {MAX_TEXT_BYTES} a "
+        if not path.name.endswith(".safetensors") and status.st_size > MAX_TEXT_BYTES:
+            raise ConfigError(f"{path} is {status.st_size} bytes, more than the "
+                              f"{MAX_TEXT_BYTES} a "
                               "model's config or tokenizer file may be")
+
+
+def read_json_object(path: Path, max_bytes: int | None = None) -> dict:
+    """The JSON object in the file `path` (a model's config.json, an adapter's config);
+    ConfigError naming it where it is over `max_bytes`, not JSON, or not a JSON object."""
+    if max_bytes is not None and (not path.is_file() or path.stat().st_size > max_bytes):
+        raise ConfigError(f"{path} is not a regular file of at most {max_bytes} bytes")
+    try:
+        value = json.loads(path.read_text())
+    except (OSError, ValueError) as e:  # UnicodeDecodeError and JSONDecodeError included
+        raise ConfigError(f"{path} is not valid JSON: {e}") from e
+    if not isinstance(value, dict):
+        raise ConfigError(f"{path} holds a JSON {type(value).__name__}, not a JSON object")
+    return value
 
 
 def read_model_config(model_dir: str) -> dict | None:
     """config.json of `model_dir` as a dict, or None where there is none (a hub id, an
     adapter); ConfigError where it is not JSON or not a JSON object."""
     path = Path(model_dir) / "config.json"
-    if not path.is_file():
-        return None
-    try:
-        config = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"{path} is not valid JSON: {e}") from e
-    if not isinstance(config, dict):
-        raise ConfigError(f"{path} holds a JSON {type(config).__name__}, not an object")
-    return config
+    return read_json_object(path) if path.is_file() else None
+
+
+def text_config(config: dict) -> dict:
+    """The language model's part of a model config: a multimodal model's `text_config`, else
+    the config itself."""
+    text = config.get("text_config")
+    return text if isinstance(text, dict) else config
+
+
+def is_positive_int(value: object) -> bool:
+    """An int above 0, and not a bool (JSON's true would pass as 1)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 def read_safetensors_header(path: Path) -> dict[str, dict]:
@@ -122,7 +140,7 @@ def _int_field(config: dict, keys: tuple[str, ...]) -> tuple[str, int] | None:
     for key in keys:
         value = config.get(key)
         if value is not None:
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            if not is_positive_int(value):
                 raise ConfigError(f"{key}={value!r} is not a positive integer")
             return key, value
     return None
@@ -139,7 +157,7 @@ def check_config_against_weights(model_dir: str) -> None:
     if config is None or not weights:
         return  # transformers says what is missing
     config_path = Path(model_dir) / "config.json"
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    text = text_config(config)
     shapes: dict[str, list] = {}
     for path in weights:
         for name, entry in read_safetensors_header(path).items():
@@ -197,8 +215,7 @@ def check_tokenizer_tokens(tokenizer, model_dir: str) -> None:
     config = read_model_config(model_dir)
     if config is None:
         return
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
-    vocab = text.get("vocab_size")
+    vocab = text_config(config).get("vocab_size")
     if isinstance(vocab, int) and not isinstance(vocab, bool) and len(tokenizer) > vocab:
         raise ConfigError(f"{where}: the tokenizer has {len(tokenizer)} tokens, more than "
                           f"vocab_size={vocab} in {Path(model_dir) / 'config.json'}")

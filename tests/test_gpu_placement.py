@@ -56,7 +56,7 @@ def test_ranks_sharing_a_gpu_are_named():
 
 
 @pytest.mark.parametrize("device, expected", [("cpu", ("sdpa", True)),
-                                              ("cuda", ("sdpa", True))])
+                                              ("cuda", ("varlen", False))])
 def test_the_plan_gives_each_device_its_attention_and_packing(monkeypatch, one_gpu, device,
                                                                expected):
     from rlvr.build import driver_layout, plan_devices

@@ -40,12 +40,14 @@ HOST = torch.device("cpu")  # where data is prepared and files are read and writ
 # the attention can confine responses to it; `rlvr.learner.attention.packed_layout`).
 # - cpu: sdpa with shared prompts. A CPU learner is bound by the FLOPs it runs and has no varlen
 #   kernel, so running each prompt once wins (2.3x fewer tokens on the quick start).
-# - cuda: sdpa with shared prompts too, by measurement (`benchmarks/gpu.py`, H200, Qwen2.5-1.5B
-#   shape, 40k sequence tokens in rows of 4,096, checkpointing on: 1.58 s an update against
-#   2.25 s for varlen with each sequence whole, 30.6 GB each). Per token run the two cost the
-#   same at rows of 4,096; sharing runs 1.4x fewer tokens, and that decides it. Varlen pays
-#   where sharing saves little (responses much longer than their prompt) or rows are long.
-DEFAULT_ATTENTION: dict[str, str] = {"cpu": "sdpa", "cuda": "sdpa"}
+# - cuda: varlen, each sequence whole, by measurement (`benchmarks/gpu.py`, H200, 2026-11-26,
+#   compiled layers, fp32 weights under bf16 autocast, 40k sequence tokens in rows of 4,096,
+#   micro-batches of 16k tokens, one process): Qwen2.5-1.5B shape 0.825 s an update against
+#   0.920 s for sdpa with shared prompts (1.4x fewer tokens run, but a dense mask that rules out
+#   flash kernels and scores every padded pair), the same gradient norm. Varlen's flash kernel
+#   needs 16-bit compute (the GPU default); with float32 compute it runs sdpa per sequence,
+#   and `model.attn_implementation=sdpa` is the faster choice there.
+DEFAULT_ATTENTION: dict[str, str] = {"cpu": "sdpa", "cuda": "varlen"}
 # `auto` with `algorithm.share_prompts=false`: each sequence whole, where no mask is needed.
 WHOLE_SEQUENCE_ATTENTION: dict[str, str] = {"cpu": "sdpa", "cuda": "varlen"}
 # What every refusal of two learner ranks on one GPU tells the user to do.

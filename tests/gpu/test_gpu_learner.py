@@ -76,10 +76,13 @@ def test_the_flash_varlen_kernel_equals_sdpa_one_sequence_at_a_time():
 
 
 @pytest.mark.parametrize("autocast", [False, True])
-def test_varlen_on_cuda_equals_the_shared_prompt_path(tiny_model_dir, autocast):
+def test_varlen_on_cuda_equals_the_shared_prompt_path(tiny_model_dir, autocast, monkeypatch):
     """Whole sequences through rlvr's varlen attention against shared prompts through sdpa's
-    dense mask: float32 (varlen runs sdpa per sequence there) to float32's tolerance; bf16
-    autocast (varlen runs torch's flash kernel) to bf16's."""
+    dense mask: float32 weights, to float32's tolerance (varlen runs sdpa per sequence there);
+    the same weights under bf16 autocast, to bf16's, where varlen must run torch's flash kernel
+    and never sdpa per sequence (it did, every layer, until its inputs took autocast's dtype)."""
+    import rlvr.learner.attention as attention
+
     seqs = _grouped_sequences()
     shared = pack_sequences(seqs, 160)
     whole = pack_sequences(seqs, 160, share_prompts=False)
@@ -87,7 +90,13 @@ def test_varlen_on_cuda_equals_the_shared_prompt_path(tiny_model_dir, autocast):
     sdpa = load_causal_lm(tiny_model_dir).to(CUDA)
     varlen = load_causal_lm(tiny_model_dir, attn_implementation="varlen").to(CUDA)
     want_lp, want_g = _per_sequence(sdpa, shared, len(seqs), autocast)
-    got_lp, got_g = _per_sequence(varlen, whole, len(seqs), autocast)
+    per_sequence_calls = []
+    with monkeypatch.context() as patch:
+        real = attention._sdpa_per_sequence
+        patch.setattr(attention, "_sdpa_per_sequence",
+                      lambda *a: per_sequence_calls.append(1) or real(*a))
+        got_lp, got_g = _per_sequence(varlen, whole, len(seqs), autocast)
+    assert bool(per_sequence_calls) != autocast, len(per_sequence_calls)
     atol = 5e-2 if autocast else 1e-4
     for got, want in zip(got_lp, want_lp):
         torch.testing.assert_close(got, want, atol=atol, rtol=atol)

@@ -432,6 +432,37 @@ def test_the_varlen_kernel_is_flash_only_on_cuda_in_16_bits():
     assert varlen_kernel(torch.zeros(2, 1, 8, dtype=torch.bfloat16)) == "sdpa per sequence"
 
 
+def test_varlen_under_autocast_over_float32_weights_takes_the_flash_kernel(monkeypatch,
+                                                                         varlen_model):
+    """Autocast casts sdpa's inputs to bf16 but cannot see into rlvr's attention function, and
+    over float32 weights the query and key leave the rotary embedding in float32: on an H200
+    every layer then ran sdpa once per sequence instead of the flash kernel. Here the kernel is
+    chosen as on CUDA (flash for 16-bit inputs, with a stand-in kernel), and must be given
+    autocast's dtype for all three inputs, with the per-sequence path's logprobs."""
+    import rlvr.learner.attention as attention
+
+    whole = pack_sequences(_grouped_sequences(), 24, share_prompts=False)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        want_RL, _ = forward_logprobs(varlen_model, whole, 1.0)  # sdpa per sequence on CPU
+    calls = []
+
+    def fake_varlen(query, key, value, *args, **options):
+        calls.append({query.dtype, key.dtype, value.dtype})
+        return _sdpa_reference_varlen(query, key, value, *args, **options)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(attention, "_torch_varlen_attn", fake_varlen)
+        patch.setattr(attention, "_VARLEN_PARAMETERS",
+                      frozenset({"scale", "window_size", "enable_gqa"}))
+        patch.setattr(attention, "varlen_kernel", lambda query: (
+            "torch varlen flash attention" if query.dtype in (torch.bfloat16, torch.float16)
+            else "sdpa per sequence"))
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+            got_RL, _ = forward_logprobs(varlen_model, whole, 1.0)
+    assert calls == [{torch.bfloat16}] * varlen_model.config.num_hidden_layers
+    torch.testing.assert_close(got_RL, want_RL, atol=0, rtol=0)
+
+
 @pytest.mark.component  # torch.compile builds C++ kernels: left out of make test-fast
 def test_compiled_varlen_layers_equal_eager(tiny_model_dir):
     """Layers compiled as `model.compile` compiles them (dynamic shapes), traced with the
@@ -456,7 +487,7 @@ def test_compiled_varlen_layers_equal_eager(tiny_model_dir):
 
 @pytest.mark.parametrize("attention, share, device_type, expected", [
     ("auto", None, "cpu", ("sdpa", True)),
-    ("auto", None, "cuda", ("sdpa", True)),  # measured on an H200 (rlvr.device)
+    ("auto", None, "cuda", ("varlen", False)),  # measured on an H200 (rlvr.device)
     ("auto", False, "cuda", ("varlen", False)),
     ("auto", True, "cuda", ("sdpa", True)),  # shared prompts asked for: an attention that can
     ("auto", False, "cpu", ("sdpa", False)),

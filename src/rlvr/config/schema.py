@@ -52,9 +52,9 @@ class ModelConfig:
     # parameters and fp32 gradient reduction, when sharded). null: on where bf16 is native
     # (GPUs with bf16, CPUs with AVX512-BF16/AMX), off elsewhere (emulated bf16 is slower).
     bf16_autocast: Optional[bool] = None
-    # Attention of packed rows: auto (the device's, rlvr.device.DEFAULT_ATTENTION: sdpa with
-    # shared prompts, measured fastest on CPU and on an H200; varlen on CUDA when
-    # algorithm.share_prompts is false) | sdpa (a dense block-diagonal mask, any device) | eager
+    # Attention of packed rows: auto (the device's, rlvr.device.DEFAULT_ATTENTION, measured:
+    # sdpa with shared prompts on CPU; varlen, each sequence whole, on CUDA, or sdpa there when
+    # algorithm.share_prompts is true) | sdpa (a dense block-diagonal mask, any device) | eager
     # (transformers' explicit matmul-softmax attention with the same mask, additive; any device;
     # faster than sdpa only on short rows, about 256 tokens, of a compiled bf16 CPU learner) | flex
     # (torch flex attention with a document mask, block-sparse) | varlen (rlvr's: each sequence

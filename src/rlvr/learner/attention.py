@@ -193,6 +193,21 @@ def varlen_kernel(query: torch.Tensor) -> str:
     return "sdpa per sequence"
 
 
+def autocast_inputs(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The tensors in autocast's 16-bit dtype where autocast is on for their device, as
+    autocast casts sdpa's inputs: it cannot see into an attention function of rlvr's own.
+    Under autocast over float32 weights the residual stream stays float32, and so do the
+    query and key, since transformers casts the rotary embedding's cos and sin to the hidden
+    states' dtype: uncast, they took the per-sequence sdpa path on CUDA instead of the flash
+    kernel (1,120 cuDNN calls an update for 40 sequences of a 28-layer model, the GPU idle
+    40% of it: profiled on an H200, docs/gpu.md)."""
+    device_type = tensors[0].device.type
+    if not torch.is_autocast_enabled(device_type):
+        return tensors
+    dtype = torch.get_autocast_dtype(device_type)
+    return tuple(t.to(dtype) for t in tensors)
+
+
 def _flash_varlen(query_THD: torch.Tensor, key_TKD: torch.Tensor, value_TKD: torch.Tensor,
                   cu_seq_lens: torch.Tensor, longest: int, scale: float) -> torch.Tensor:
     """torch's `varlen_attn`, causal, called as the installed torch's signature wants: torch 2.9
@@ -263,8 +278,9 @@ def varlen_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: 
     elif batch != 1:
         raise ValueError(f"cumulative lengths describe one stream of tokens, not {batch} rows")
     scale = scaling if scaling is not None else head_dim ** -0.5
-    query_THD, key_TKD, value_TKD = (x.transpose(1, 2).reshape(-1, x.shape[1], head_dim)
-                                     .contiguous() for x in (query, key, value))
+    query_THD, key_TKD, value_TKD = autocast_inputs(
+        *(x.transpose(1, 2).reshape(-1, x.shape[1], head_dim).contiguous()
+          for x in (query, key, value)))
     if varlen_kernel(query_THD) == "sdpa per sequence":
         out_THD = _sdpa_per_sequence(query_THD, key_TKD, value_TKD, cu_seq_lens_q, scale)
     else:

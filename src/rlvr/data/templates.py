@@ -14,9 +14,11 @@ multi-turn workflows), and the stop strings its format implies, which the run me
 `rollout.stop_strings`. Jinja templates are rendered with jinja2 in a sandbox with the settings
 transformers uses for chat templates, so a template file behaves here as it would there.
 A template is the user's (or a downloaded model's) code, run on every row before the model
-loads, so every one, the tokenizer's included, renders in `BoundedEnvironment`: a `*`, `**`,
-`+` or `~` result, a call's size argument and the output are capped, and a render stops past a
-deadline; a template over a limit is a ConfigError naming it.
+loads, so every one, the tokenizer's included (the policy's and the LLM judge's, through
+`render_tokenizer_template`), renders in `template_sandbox.BoundedEnvironment`: values, output,
+what one render builds and its time are bounded, and a result that is a product of two values
+(`s.replace('a', s)`, `x|join(s)`, a format's widths) is sized before it is built; a template
+over a limit is a ConfigError naming it.
 A rendered text is tokenized the way the tokenizer starts a document: its BOS token first if it
 adds one to plain text (Llama's `<s>`; SmolLM2 adds none), unless the text already begins with
 it, then the text without further special tokens.
@@ -28,10 +30,6 @@ the text between the turns of an episode (`rlvr.workflows.chat`, given a templat
 from __future__ import annotations
 
 import json
-import math
-import signal
-import threading
-import time
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
@@ -40,10 +38,11 @@ from typing import Any, Protocol
 
 import jinja2
 import jinja2.ext
-from jinja2.compiler import CodeGenerator
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+import jinja2.filters
+import jinja2.utils
 
 from rlvr.config import ConfigError
+from rlvr.data.template_sandbox import MAX_VALUE_CHARS, BoundedEnvironment, TemplateLimitError
 from rlvr.registry import Registry
 
 TOKENIZER = "tokenizer"  # the data.chat_template value for the tokenizer's own template
@@ -114,127 +113,6 @@ def _raise_exception(message: str) -> None:
     raise jinja2.TemplateError(message)
 
 
-MAX_VALUE_CHARS = 1 << 22  # a string or list a template builds (4 Mi items)
-MAX_OUTPUT_CHARS = 1 << 24  # one rendered prompt (16 Mi characters)
-MAX_RENDER_SECONDS = 2.0  # one render
-MAX_POWER_BITS = 1 << 16  # an integer `**` result
-
-
-class TemplateLimitError(ConfigError):
-    """A template went past a `BoundedEnvironment` limit while rendering."""
-
-
-class _BoundedCodeGenerator(CodeGenerator):
-    """Compiles `a ~ b` (jinja2's Concat, which the sandbox cannot intercept) so its result
-    goes through `environment.checked`."""
-
-    def visit_Concat(self, node, frame) -> None:
-        self.write("environment.checked(")
-        super().visit_Concat(node, frame)
-        self.write(")")
-
-
-class BoundedEnvironment(ImmutableSandboxedEnvironment):
-    """jinja2's immutable sandbox with size caps and a per-render deadline (`render`)."""
-
-    code_generator_class = _BoundedCodeGenerator
-    intercepted_binops = frozenset({"*", "**", "+", "//", "%"})
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self._deadline = threading.local()
-        self.globals["range"] = self._range
-        self.filters = {k: self._bounded_call(f) for k, f in self.filters.items()}
-
-    def limit(self, problem: str) -> TemplateLimitError:
-        return TemplateLimitError(f"the template {problem}")
-
-    def tick(self) -> None:
-        deadline = getattr(self._deadline, "at", None)
-        if deadline is not None and time.monotonic() > deadline:
-            raise self.limit(f"took over {MAX_RENDER_SECONDS:g} s to render one prompt")
-
-    def checked(self, value: Any) -> Any:
-        self.tick()
-        if isinstance(value, (str, bytes, list, tuple)) and len(value) > MAX_VALUE_CHARS:
-            raise self.limit(f"built a value of {len(value):,} items (over {MAX_VALUE_CHARS:,})")
-        return value
-
-    def _check_args(self, args: tuple, kwargs: dict) -> None:
-        # a size argument (`center(10**9)`, `"x".ljust(...)`, `"%9999999999s"|format`) is
-        # refused before the call allocates
-        for value in (*args, *kwargs.values()):
-            if isinstance(value, int) and abs(value) > MAX_VALUE_CHARS:
-                raise self.limit(f"passed {value:,} to a call (over {MAX_VALUE_CHARS:,})")
-            if isinstance(value, str) and len(value) < 64 and any(c.isdigit() for c in value):
-                digits = "".join(c if c.isdigit() else " " for c in value).split()
-                if any(len(d) > 7 for d in digits):
-                    raise self.limit(f"passed the format {value!r} to a call")
-        self.tick()
-
-    def _bounded_call(self, function: Any) -> Any:
-        def call(*args: Any, **kwargs: Any) -> Any:
-            self._check_args(args[1:], kwargs)
-            return self.checked(function(*args, **kwargs))
-        for attribute in ("jinja_pass_arg", "__name__"):  # jinja2 passes context/env by these
-            if hasattr(function, attribute):
-                setattr(call, attribute, getattr(function, attribute))
-        return call
-
-    def call(self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
-        self._check_args(args, kwargs)
-        if isinstance(__obj, str) or getattr(__obj, "__self__", None).__class__ is str:
-            self._check_args((__obj if isinstance(__obj, str) else __obj.__self__,), {})
-        return self.checked(super().call(__context, __obj, *args, **kwargs))
-
-    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
-        self.tick()
-        sized = (str, bytes, list, tuple)
-        if operator == "*" and isinstance(left, int) and isinstance(right, sized):
-            left, right = right, left
-        if operator == "*" and isinstance(left, sized) and isinstance(right, int):
-            if len(left) * max(right, 0) > MAX_VALUE_CHARS:
-                raise self.limit(f"repeats {len(left):,} items {right:,} times (over "
-                                 f"{MAX_VALUE_CHARS:,})")
-        if operator == "**" and isinstance(left, int) and isinstance(right, int) and right > 0:
-            if right * math.log2(abs(left) + 1) > MAX_POWER_BITS:
-                raise self.limit(f"raises {left} to the power {right:,}")
-        if operator == "%" and isinstance(left, str):
-            self._check_args((left,), {})
-        return self.checked(super().call_binop(context, operator, left, right))
-
-    def _range(self, *args: int) -> Any:
-        self._check_args(args, {})
-        for i in range(*args):  # a loop over a range ticks the deadline every item
-            self.tick()
-            yield i
-
-    def render(self, template: jinja2.Template, **variables: Any) -> str:
-        """`template` rendered with `variables`, stopped past `MAX_OUTPUT_CHARS` or
-        `MAX_RENDER_SECONDS` (and, on the main thread, an interval timer stops a loop the
-        checks cannot see, such as one over a long string)."""
-        self._deadline.at = time.monotonic() + MAX_RENDER_SECONDS
-        timer = threading.current_thread() is threading.main_thread()
-        if timer:
-            def expire(signum: int, frame: Any) -> None:
-                raise self.limit(f"took over {MAX_RENDER_SECONDS:g} s to render one prompt")
-            previous = signal.signal(signal.SIGALRM, expire)
-            signal.setitimer(signal.ITIMER_REAL, MAX_RENDER_SECONDS + 1)
-        try:
-            parts, size = [], 0
-            for part in template.generate(**variables):
-                size += len(part)
-                if size > MAX_OUTPUT_CHARS:
-                    raise self.limit(f"rendered over {MAX_OUTPUT_CHARS:,} characters")
-                parts.append(part)
-            return "".join(parts)
-        finally:
-            self._deadline.at = None
-            if timer:
-                signal.setitimer(signal.ITIMER_REAL, 0)
-                signal.signal(signal.SIGALRM, previous)
-
-
 def _environment(*extensions: Any) -> BoundedEnvironment:
     # The settings transformers compiles chat templates with, so a template file written for
     # a tokenizer renders the same text here.
@@ -262,9 +140,19 @@ class _GenerationTag(jinja2.ext.Extension):
 
 def _tojson(x: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None,
             sort_keys: bool = False) -> str:
-    # transformers' chat-template `tojson` (jinja2's own escapes HTML characters)
-    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
-                      sort_keys=sort_keys)
+    # transformers' chat-template `tojson` (jinja2's own escapes HTML characters), written
+    # piece by piece: an `indent` repeats on every line, so a long list with a wide one would
+    # be refused only once it was all written
+    encoder = json.JSONEncoder(ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+                               sort_keys=sort_keys)
+    parts, size = [], 0
+    for part in encoder.iterencode(x):
+        size += len(part)
+        if size > MAX_VALUE_CHARS:
+            raise TemplateLimitError(f"the template would write over {MAX_VALUE_CHARS:,} "
+                                     "characters of JSON")
+        parts.append(part)
+    return "".join(parts)
 
 
 def _strftime_now(format: str) -> str:
@@ -278,9 +166,20 @@ def _tokenizer_environment_template(text: str) -> jinja2.Template:
     `{% generation %}`), so it renders what `apply_chat_template` would. Never compiled by
     transformers: its compiler folds constants such as `'x' * 4000000000`."""
     env = _environment(_GenerationTag)
-    env.filters["tojson"] = env._bounded_call(_tojson)
+    env.filters["tojson"] = env._bounded_call(_tojson, "tojson")
     env.globals["strftime_now"] = _strftime_now
     return env.from_string(text)
+
+
+def render_tokenizer_template(tokenizer: Any, messages: list[dict], add_generation_prompt: bool,
+                              origin: str = "the tokenizer's chat template") -> str:
+    """What `tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=...)`
+    renders, in a `BoundedEnvironment`: the one way rlvr applies a tokenizer's template (the
+    policy's, the judge's). A limit it passes is a TemplateLimitError naming `origin`."""
+    template = _tokenizer_environment_template(tokenizer.get_chat_template())
+    return _bounded_render(template, origin, messages=messages, tools=None, documents=None,
+                           add_generation_prompt=add_generation_prompt,
+                           **tokenizer.special_tokens_map)
 
 
 @dataclass(frozen=True)
@@ -295,11 +194,8 @@ class TokenizerTemplate:
     stop_strings: tuple[str, ...] = ()
 
     def render(self, messages: list[dict], add_generation_prompt: bool) -> str:
-        # What apply_chat_template(tokenize=False) renders, in a bounded sandbox.
-        template = _tokenizer_environment_template(self.tokenizer.get_chat_template())
-        return _bounded_render(template, self.origin, messages=messages, tools=None,
-                               documents=None, add_generation_prompt=add_generation_prompt,
-                               **self.tokenizer.special_tokens_map)
+        return render_tokenizer_template(self.tokenizer, messages, add_generation_prompt,
+                                         self.origin)
 
     def encode(self, text: str) -> list[int]:
         # What apply_chat_template(tokenize=True) does: the template writes its own specials.

@@ -259,10 +259,13 @@ class EngineJudge:
 
     def prompt_ids(self, text: str) -> list[int]:
         """`text` as the judge's user turn in its chat template (raw text without one)."""
+        from rlvr.data.templates import render_tokenizer_template
+
         if getattr(self.tokenizer, "chat_template", None) is None:
             return list(self.tokenizer.encode(text))
-        rendered = self.tokenizer.apply_chat_template([{"role": "user", "content": text}],
-                                                      add_generation_prompt=True, tokenize=False)
+        # The judge's template is as untrusted as the policy's: rendered in the same sandbox.
+        rendered = render_tokenizer_template(self.tokenizer, [{"role": "user", "content": text}],
+                                             True, "the judge tokenizer's chat template")
         return list(self.tokenizer.encode(rendered, add_special_tokens=False))
 
     def complete(self, prompts: list[str]) -> list[JudgeReply]:

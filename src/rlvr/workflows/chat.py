@@ -27,6 +27,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from rlvr.data.templates import render_tokenizer_template
+
 _MARK = "\u2063rlvr-turn\u2063"  # stands in for the assistant's text when locating its end
 # Stands in for a new message's content: letters only, so that whatever filter a template
 # applies to content (trim, tojson, escape) writes it unchanged.
@@ -43,10 +45,9 @@ def continuation_ids(tokenizer: Any, messages: list[dict], new_messages: list[di
     sequence continues with `new_messages` and a fresh assistant turn. `render` is the chat
     template's (default: the tokenizer's own). The new messages' contents become text tokens
     only (no special tokens)."""
-    if render is None:
+    if render is None:  # the tokenizer's template, rendered as prompts are (bounded)
         def render(msgs: list[dict], generation_prompt: bool) -> str:
-            return tokenizer.apply_chat_template(msgs, tokenize=False,
-                                                 add_generation_prompt=generation_prompt)
+            return render_tokenizer_template(tokenizer, msgs, generation_prompt)
     if not messages or messages[-1].get("role") != "assistant":
         raise ValueError("the conversation must end with the assistant turn just sampled")
     marked = [*messages[:-1], {"role": "assistant", "content": _MARK}]

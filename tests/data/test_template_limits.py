@@ -1,0 +1,121 @@
+"""The template sandbox (`BoundedEnvironment`) refuses a result whose size is a product of two
+things a template controls before building it, bounds what one render keeps alive, and leaves
+ordinary templates' text as jinja2 writes it. Each attack here is scaled to build tens of
+megabytes on a sandbox that checks only afterwards (the same templates at 250x built 1 GB
+each); a test tells the refusal came first by its wording ("would ..."), and the two attacks
+that would run away unrefused run in a child process with a memory limit and a timeout."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import jinja2.sandbox
+import pytest
+
+from rlvr.data.templates import TemplateLimitError, _tokenizer_environment_template
+
+S = "{% set s = 'a' * 4000000 %}{% set t = 'bbbbb' %}"  # s at the value cap, t short
+
+# Each result is about 5x the value cap (4 Mi); every argument is small or within the cap.
+PRODUCTS = {
+    "str.replace": "{{ s.replace('a', t) }}",
+    "replace filter": "{{ s | replace('a', t) }}",
+    "str.join": "{{ ''.join([s] * 5) }}",
+    "join filter": "{{ ([s] * 5) | join }}",
+    "join separator": "{{ (['a'] * 1000000) | join(t) }}",
+    "join of a map": "{{ ([s] * 5) | map('upper') | join }}",
+    "str.format": "{{ ('{0}' * 5).format(s) }}",
+    "format widths": "{{ ('{0:>4000000}' * 5).format(1) }}",
+    "nested width": "{{ ('{0:>{1}}' * 5).format(1, 4000000) }}",
+    "percent": "{{ ('%(a)s' * 5) % {'a': s} }}",
+    "percent star": "{{ '%*s%*s%*s%*s%*s' % (4000000, 1, 4000000, 1, 4000000, 1, 4000000, 1, "
+                    "4000000, 1) }}",
+    "format filter": "{{ ('%(a)s' * 5) | format(a=s) }}",
+    "indent": "{{ ('a\\n' * 1000000) | indent(t) }}",
+    "wordwrap": "{{ (' a' * 1000000) | wordwrap(1, wrapstring=t) }}",
+    "expandtabs": "{{ ('\\t' * 1000000).expandtabs(20) }}",
+    "translate": "{{ s.translate({97: t}) }}",
+    "urlize": "{{ (' a.co' * 800000) | urlize(target=t) }}",
+    "print a list": "{{ [s] * 5 }}",
+    "string filter": "{{ ([s] * 5) | string }}",
+    "concat a list": "{{ 'x' ~ [s] * 5 }}",
+    "tojson": "{{ ([s] * 5) | tojson }}",
+    "tojson indent": "{{ ([1] * 20) | tojson(indent=1000000) }}",
+    "replace with a list": "{{ 'ab' | replace('a', [s] * 5) }}",
+}
+
+
+def render(text: str) -> str:
+    template = _tokenizer_environment_template(text)
+    return template.environment.render(template, messages=[], add_generation_prompt=True)
+
+
+@pytest.mark.parametrize("name", sorted(PRODUCTS))
+def test_a_product_too_big_is_refused_before_it_is_built(name):
+    with pytest.raises(TemplateLimitError, match="would"):
+        render(S + PRODUCTS[name])
+
+
+def _child(text: str, timeout: float = 20.0) -> str:
+    """`text` rendered in a child process under a 2 GB address-space limit: what it printed."""
+    code = textwrap.dedent(f"""
+        import resource, time
+        resource.setrlimit(resource.RLIMIT_AS, (2_000_000_000, 2_000_000_000))
+        from rlvr.data.templates import _tokenizer_environment_template
+        template = _tokenizer_environment_template({text!r})
+        start = time.monotonic()
+        try:
+            out = template.environment.render(template, messages=[])
+            print("rendered", out[:40])
+        except BaseException as e:
+            print(type(e).__name__, e)
+        print(f"seconds {{time.monotonic() - start:.1f}}")""")
+    try:
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return "timed out"
+    return done.stdout + done.stderr
+
+
+def test_what_one_render_keeps_alive_is_bounded():
+    # 1,000 distinct 16 MB strings, each under the per-value cap: 16 GB kept in a namespace
+    kept = ("{% set ns = namespace(v=[]) %}{% set u = '\\U0001F600' * 4000000 %}"
+            "{% for i in range(1000) %}{% set ns.v = ns.v + [u ~ i] %}{% endfor %}x")
+    assert "bytes of values in one render" in _child(kept)
+
+
+def test_summing_many_lists_takes_one_copy_not_one_per_list():
+    # 200,000 one-item lists summed one by one copy 2e10 items (minutes, uninterruptible)
+    out = _child("{{ (([[0]] * 200000) | sum(start=[])) | length }}", timeout=20)
+    assert "rendered 200000" in out
+    assert float(out.split("seconds ")[1]) < 5
+
+
+# ---- ordinary templates render what jinja2 renders ------------------------------------
+
+ORDINARY = [
+    "{{ 'a-b-c'.replace('-', ', ') }} {{ 'x y' | replace(' ', '_') }}",
+    "{{ ', '.join(['a', 'b']) }} {{ [1, 2, 3] | join('+') }} {{ messages | map(attribute='role')"
+    " | join(',') }}",
+    "{{ '{0}: {1:>5}|{2:.3f}'.format('k', 7, 2.5) }} {{ '{a}'.format_map({'a': 1}) }}",
+    "{{ '%s=%05d' % ('n', 42) }} {{ '%(x)s!' | format(x='hi') }} {{ '%-4s|' | format('a') }}",
+    "{{ 'a\\nb' | indent(2, first=true) }} {{ 'one two three' | wordwrap(5) }}",
+    "{{ 'a\\tb'.expandtabs(4) }} {{ 'abc'.translate({97: 'A'}) }} {{ 'see x.co' | urlize }}",
+    "{{ messages }} {{ [1, 'a', none] }} {{ {'k': [1, 2]} | string }} {{ 'n' ~ 3 ~ [1] }}",
+    "{{ messages | tojson }} {{ {'b': 1, 'a': [1, 2]} | tojson(indent=2, sort_keys=true) }}",
+    "{{ ([[1], [2, 3]] | sum(start=[])) }} {{ [1, 2] | sum }} {{ 'ab' | center(6) }}",
+    "{% set ns = namespace(t='') %}{% for m in messages %}{% set ns.t = ns.t + m.content %}"
+    "{% endfor %}{{ ns.t }} {{ ns }}",
+]
+MESSAGES = [{"role": "user", "content": "Hi 'there'\n"}, {"role": "assistant", "content": "é"}]
+
+
+@pytest.mark.parametrize("text", ORDINARY)
+def test_ordinary_templates_render_as_jinja2_renders_them(text):
+    plain = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    plain.filters["tojson"] = lambda x, **kw: json.dumps(x, ensure_ascii=False, **kw)
+    template = _tokenizer_environment_template(text)
+    assert (template.environment.render(template, messages=MESSAGES)
+            == plain.from_string(text).render(messages=MESSAGES))

@@ -232,6 +232,18 @@ def judge_dtype(requested: str, device: str) -> str:
     return engine_dtype(requested, resolve_device(device).bf16_compute(None))
 
 
+def judge_prompt_ids(tokenizer: Any, text: str) -> list[int]:
+    """`text` as the judge's user turn in its tokenizer's chat template (raw text without one).
+    The judge's template is as untrusted as the policy's: it renders in the same sandbox."""
+    from rlvr.data.templates import render_tokenizer_template
+
+    if getattr(tokenizer, "chat_template", None) is None:
+        return list(tokenizer.encode(text))
+    rendered = render_tokenizer_template(tokenizer, [{"role": "user", "content": text}], True,
+                                         "the judge tokenizer's chat template")
+    return list(tokenizer.encode(rendered, add_special_tokens=False))
+
+
 class EngineJudge:
     """The judge model on an rlvr engine in this process. `generate` runs in a thread so a
     batch can be abandoned at `timeout_s`; an abandoned generation still finishes in the
@@ -249,6 +261,10 @@ class EngineJudge:
 
         model_dir = resolve_model_dir(settings.model)
         tokenizer = load_tokenizer(model_dir)
+        # Its template renders once here, before the engine loads: a template that cannot
+        # render (over a sandbox limit, `raise_exception`) stops the run at start, a
+        # ConfigError, rather than failing every judgement of every step.
+        judge_prompt_ids(tokenizer, "Is this answer right? <answer-1>\n42\n</answer-1>")
         eos = tokenizer.eos_token_id
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
         engine = create_engine(settings.engine, model_dir,
@@ -259,31 +275,37 @@ class EngineJudge:
 
     def prompt_ids(self, text: str) -> list[int]:
         """`text` as the judge's user turn in its chat template (raw text without one)."""
-        from rlvr.data.templates import render_tokenizer_template
-
-        if getattr(self.tokenizer, "chat_template", None) is None:
-            return list(self.tokenizer.encode(text))
-        # The judge's template is as untrusted as the policy's: rendered in the same sandbox.
-        rendered = render_tokenizer_template(self.tokenizer, [{"role": "user", "content": text}],
-                                             True, "the judge tokenizer's chat template")
-        return list(self.tokenizer.encode(rendered, add_special_tokens=False))
+        return judge_prompt_ids(self.tokenizer, text)
 
     def complete(self, prompts: list[str]) -> list[JudgeReply]:
         from rlvr.types import SamplingParams  # torch: not in the worker processes
 
         s = self.settings
         params = SamplingParams(n=1, temperature=s.temperature, max_tokens=s.max_tokens, seed=0)
-        future = self._pool.submit(self.engine.generate, [self.prompt_ids(p) for p in prompts],
-                                   params)
-        try:
-            groups = future.result(timeout=s.timeout_s)
-        except FutureTimeout:
-            return [JudgeReply(timed_out=True)] * len(prompts)
-        except Exception as e:  # noqa: BLE001  an engine failure is every judgement's error
-            failed = JudgeReply(error=f"judge engine failed: {type(e).__name__}: {e}")
-            return [failed] * len(prompts)
-        return [JudgeReply(text=group[0].text) if group[0].finish_reason == "stop"
-                else unfinished_reply(group[0].finish_reason, group[0].text) for group in groups]
+        replies: list[JudgeReply | None] = [None] * len(prompts)
+        ids, asked = [], []
+        for i, prompt in enumerate(prompts):
+            # The rubric holds the policy's answer, which the template may refuse (a sandbox
+            # limit, `raise_exception`): that judgement's error, not the whole batch's.
+            try:
+                ids.append(self.prompt_ids(prompt))
+                asked.append(i)
+            except Exception as e:  # noqa: BLE001
+                replies[i] = JudgeReply(error=f"judge prompt failed: {type(e).__name__}: {e}")
+        if ids:
+            future = self._pool.submit(self.engine.generate, ids, params)
+            try:
+                groups = future.result(timeout=s.timeout_s)
+            except FutureTimeout:
+                groups = [JudgeReply(timed_out=True)] * len(ids)
+            except Exception as e:  # noqa: BLE001  an engine failure is every judgement's error
+                groups = [JudgeReply(error=f"judge engine failed: {type(e).__name__}: {e}")
+                          ] * len(ids)
+            for i, group in zip(asked, groups):
+                replies[i] = group if isinstance(group, JudgeReply) else (
+                    JudgeReply(text=group[0].text) if group[0].finish_reason == "stop"
+                    else unfinished_reply(group[0].finish_reason, group[0].text))
+        return replies
 
     def close(self) -> None:
         self._pool.shutdown(wait=False)

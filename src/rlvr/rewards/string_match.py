@@ -1,7 +1,8 @@
 """Verifiers for short free-text answers and for length targets.
 
 `string_matcher`: the normalised answer equals the normalised ground truth (1 or 0).
-`string_f1`: the best token F1 of the answer against any label (a JSON list, or one string).
+`string_f1`: the best token F1 of the answer against any label (a JSON list, or one string),
+refusing hedges (below).
 `max_length` / `up_to_max_length`: the answer's length in words against a target.
 
 Normalisation (SQuAD style): lowercase, punctuation and the articles a/an/the removed,
@@ -13,6 +14,22 @@ independent of the tokenizer. A word is a whitespace-separated run holding a let
 (`format.has_letter_or_digit`), so "." or a zero-width space is no word, and an answer with no
 word (empty, blank, a `<think>` never closed) scores 0 under both length verifiers: "at most
 50 words" must not pay for saying nothing. A target of 0 words is rejected at data load.
+
+Hedges under `string_f1`. Plain token F1 (SQuAD's, and open-instruct's `F1Verifier`, which
+add no defence: SQuAD's answers are extracted spans, short by construction) pays any answer
+that contains the label: "Paris, London, Berlin, Rome" scores 0.4 against "Paris" where the
+honest wrong "London" scores 0, and listing the two likeliest candidates beats committing to
+the likelier whenever the second is at least half as likely. So:
+- an answer equal to a label once normalised scores 1 (so "Washington, D.C." is no list);
+- an answer that lists more distinct candidates than a label has pieces (split at commas and
+  "/" not between digits, semicolons, line breaks, "|", "&", and the words "or" and "and") is
+  a hedge: it scores its worst candidate's best F1 alone, capped by its plain F1, so never
+  more than the wrong candidate it contains would score by itself;
+- an answer of more than `2 * label_words + 3` words once normalised (the longest label's
+  words) scores 0: a dump of candidates without separators. Below that, extra wording keeps
+  its plain F1 ("The capital is Paris": 0.5 against "Paris", as SQuAD scores it).
+The price: a comma reads as a list, so "Paris, France" or "It is Paris, the capital of
+France." scores 0 against "Paris" (plain F1: 0.67, 0.29).
 """
 
 from __future__ import annotations
@@ -70,6 +87,7 @@ def parse_labels(ground_truth: str) -> list[str]:
 
 
 def token_f1(prediction: str, label: str) -> float:
+    """SQuAD's token F1, with no hedge rule (`hedge_guarded_f1` adds it)."""
     pred, gold = normalize_answer(prediction).split(), normalize_answer(label).split()
     common = sum((Counter(pred) & Counter(gold)).values())
     if common == 0:
@@ -78,11 +96,43 @@ def token_f1(prediction: str, label: str) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
+# Where a list of candidates divides: commas and "/" not between digits ("1,000" and "3/4" are
+# numbers), semicolons, line breaks, "|", "&", and the words "or" and "and" ("and/or" too).
+_CANDIDATE_SEPARATOR = re.compile(r"(?<!\d)[,/](?!\d)|[;\n|&\uff0c\u3001]|\b(?:or|and)\b",
+                                  re.IGNORECASE)
+# "Much longer than the label": a candidate dump without separators ("paris london berlin rome
+# madrid") scores 0 past this; "capital of france is paris" (5 words for 1) still pays its F1.
+_EXTRA_WORDS, _LENGTH_FACTOR = 3, 2
+
+
+def candidates(text: str) -> list[str]:
+    """The distinct normalised pieces of `text` between list separators, in order."""
+    pieces = (normalize_answer(p) for p in _CANDIDATE_SEPARATOR.split(text))
+    return list(dict.fromkeys(p for p in pieces if p))
+
+
+def hedge_guarded_f1(answer: str, labels: list[str]) -> float:
+    """The best token F1 of `answer` over `labels`, a hedge paying no more than its worst
+    candidate would alone (rules: module docstring)."""
+    labels = [label for label in labels if normalize_answer(label)]  # "the" matches nothing
+    normal = normalize_answer(answer)
+    golds = [normalize_answer(label) for label in labels]
+    if normal in golds:
+        return 1.0
+    longest = max(len(gold.split()) for gold in golds)
+    if len(normal.split()) > _LENGTH_FACTOR * longest + _EXTRA_WORDS:
+        return 0.0
+    plain = max(token_f1(answer, label) for label in labels)
+    pieces = candidates(answer)
+    if len(pieces) <= max(len(candidates(label)) for label in labels):
+        return plain
+    worst = min(max(token_f1(piece, label) for label in labels) for piece in pieces)
+    return min(plain, worst)
+
+
 @register_verifier("string_f1", ground_truth_check=parse_labels, answer_extractor=normalized_answer)
 def verify_string_f1(completion: str, ground_truth: str) -> float:
-    labels = parse_labels(ground_truth)
-    answer = strip_thinking(completion)
-    return max(token_f1(answer, label) for label in labels)
+    return hedge_guarded_f1(strip_thinking(completion), parse_labels(ground_truth))
 
 
 def parse_target_words(ground_truth: str) -> int:

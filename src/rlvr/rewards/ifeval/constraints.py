@@ -32,6 +32,12 @@ CONSTRAINTS: Registry[Checker] = Registry("constraint")
 
 RELATIONS = ("less than", "at least")  # IFEval's two comparisons
 
+# A rule about how words follow one another ("no two consecutive words share a first letter",
+# "each word starts with the next letter", "each word on its own line", "a paragraph ends with
+# its first word") says nothing about a one-word answer, which IFBench passes: "a" met them all.
+# rlvr needs two words for such a rule to be met (docs/verifiers.md, "No vacuous passes").
+MIN_WORDS_FOR_A_RELATION = 2
+
 
 def register_constraint(constraint_id: str) -> Callable[[Checker], Checker]:
     """Decorator: make `fn` the checker for `constraint_id` (e.g. "keywords:existence")."""

@@ -23,7 +23,8 @@ from __future__ import annotations
 import re
 from collections import deque
 
-from rlvr.rewards.ifeval.constraints import as_count, register_constraint
+from rlvr.rewards.ifeval.constraints import (MIN_WORDS_FOR_A_RELATION, as_count,
+                                             register_constraint)
 from rlvr.rewards.ifeval.text import (EDGE_PUNCTUATION, count_word_runs, drop_punctuation,
                                       split_sentences, word_tokens)
 
@@ -131,10 +132,11 @@ def no_whitespace(response: str) -> bool:
 @register_constraint("format:newline")
 def newline(response: str) -> bool:
     """Each word on its own line: with ASCII punctuation removed, as many non-empty lines as
-    whitespace tokens (a line of spaces alone is a line without a word, so it fails)."""
+    whitespace tokens (a line of spaces alone is a line without a word, so it fails); two words
+    at least (`MIN_WORDS_FOR_A_RELATION`: one word is on its own line vacuously)."""
     text = drop_punctuation(response).strip()
     lines = [line for line in text.split("\n") if line]
-    return bool(lines) and len(lines) == len(text.split())
+    return len(lines) >= MIN_WORDS_FOR_A_RELATION and len(lines) == len(text.split())
 
 
 _OPENING = {")": "(", "]": "[", "}": "{"}

@@ -12,7 +12,8 @@ from __future__ import annotations
 import string
 from collections import Counter
 
-from rlvr.rewards.ifeval.constraints import as_count, register_constraint
+from rlvr.rewards.ifeval.constraints import (MIN_WORDS_FOR_A_RELATION, as_count,
+                                             register_constraint)
 from rlvr.rewards.ifeval.text import (EDGE_PUNCTUATION, drop_punctuation, split_sentences,
                                       whole_word_pattern, word_tokens)
 
@@ -50,17 +51,19 @@ def repeats(response: str, *, small_n: int) -> bool:
 
 @register_constraint("words:no_consecutive")
 def no_consecutive(response: str) -> bool:
-    """No two neighbouring words start with the same character."""
+    """No two neighbouring words start with the same character; two words at least."""
     words = _bare_words(response)
-    return bool(words) and all(a[0] != b[0] for a, b in zip(words, words[1:]))
+    return len(words) >= MIN_WORDS_FOR_A_RELATION and all(a[0] != b[0]
+                                                          for a, b in zip(words, words[1:]))
 
 
 @register_constraint("words:alphabet")
 def alphabet(response: str) -> bool:
     """Each word starts with the letter after the previous word's first letter, z wrapping to a;
-    the first must be a letter a-z (any case), and a word starting otherwise breaks the chain."""
+    the first must be a letter a-z (any case), and a word starting otherwise breaks the chain;
+    two words at least."""
     words = drop_punctuation(response).strip(EDGE_PUNCTUATION).lower().split()
-    if not words or not "a" <= words[0][0] <= "z":
+    if len(words) < MIN_WORDS_FOR_A_RELATION or not "a" <= words[0][0] <= "z":
         return False
     return all(ord(b[0]) - ord("a") == (ord(a[0]) - ord("a") + 1) % 26
                for a, b in zip(words, words[1:]))
@@ -101,15 +104,14 @@ def last_first(response: str) -> bool:
 def paragraph_last_first(response: str) -> bool:
     """Every line (paragraph) ends with the word it starts with: its whitespace tokens, any case,
     with punctuation stripped from the line's ends only ("Hello, world hello" fails: "hello,").
-    Lines without words are skipped; at least one must have some."""
-    found = False
+    Lines without words are skipped; the answer needs two words at least."""
+    total = 0
     for line in response.split("\n"):
         words = line.strip().lower().strip(EDGE_PUNCTUATION).split()
-        if words:
-            found = True
-            if words[0] != words[-1]:
-                return False
-    return found
+        total += len(words)
+        if words and words[0] != words[-1]:
+            return False
+    return total >= MIN_WORDS_FOR_A_RELATION
 
 
 @register_constraint("words:words_position")

@@ -16,7 +16,9 @@ Only the answer is judged (`strip_thinking`): a constraint met while thinking ea
 an empty answer meets no constraint, however vacuously it would pass ("no commas"): the IFEval
 and IFBench harnesses and open-instruct's verifier all score an empty response 0. Empty means
 no letter or digit (`format.has_letter_or_digit`), not just whitespace: "\\u200b", a Hangul
-filler or a lone "." would otherwise meet every negative constraint of a row.
+filler or a lone "." would otherwise meet every negative constraint of a row. Every check reads
+the answer with invisible format characters removed (`text.visible_text`), so "w\u200bord" is one
+word and "b\u200bad" the forbidden "bad", as a reader sees them.
 Partial credit (the fraction met) rather than all-or-nothing gives a small model's group of
 samples different rewards more often, which is what GRPO learns from.
 
@@ -36,6 +38,7 @@ from typing import Any
 from rlvr.rewards.format import has_letter_or_digit, strip_thinking
 from rlvr.rewards.ifeval.constraints import check_kwargs, get_checker
 from rlvr.rewards.ifeval.constraints_topic import TOPIC_ID
+from rlvr.rewards.ifeval.text import visible_text
 from rlvr.rewards.registry import register_verifier
 
 # Constraints an answer must meet to score at all (module docstring).
@@ -118,8 +121,10 @@ def _entries(data: Any) -> list[tuple[Any, Any]]:
 
 
 def constraints_met(completion: str, constraints: list[Constraint]) -> list[bool]:
-    """Whether the completion's answer meets each constraint, in order."""
-    answer = strip_thinking(completion)
+    """Whether the completion's answer meets each constraint, in order. Every checker reads the
+    answer as a reader sees it (`text.visible_text`): invisible characters neither split nor
+    glue words, sentences or keywords."""
+    answer = visible_text(strip_thinking(completion))
     if not has_letter_or_digit(answer):  # says nothing, so meets no constraint (module docstring)
         return [False] * len(constraints)
     return [bool(get_checker(c.id)(answer, **c.kwargs)) for c in constraints]

@@ -180,3 +180,10 @@ def test_a_valid_rope_scaling_still_extends_the_limit(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(
         {"max_position_embeddings": 2048, "rope_scaling": {"rope_type": "yarn", "factor": 4}}))
     assert model_position_limit(str(tmp_path))[0] == 8192
+
+
+def test_a_deeply_nested_config_is_a_config_error(tmp_path):
+    # json raises RecursionError (not a ValueError) past about 1,000 levels
+    (tmp_path / "config.json").write_text('{"a":' + "[" * 100_000 + "]" * 100_000 + "}")
+    with pytest.raises(ConfigError, match="config.json is not valid JSON"):
+        model_position_limit(str(tmp_path))

@@ -13,7 +13,8 @@ from typing import Callable
 import torch
 
 from rlvr.models.checks import (check_config_against_weights, check_loading_info,
-                               check_model_dir_files, check_tokenizer_tokens)
+                               check_model_dir_files, check_tokenizer_tokens,
+                               check_weight_files)
 from rlvr.models.smollm2 import write_smollm2
 from rlvr.models.tiny import write_tiny_model
 
@@ -116,6 +117,7 @@ def load_causal_lm(model_dir: str, dtype: str = "float32",
                                 f"`rlvr merge {model_dir} OUT` writes one (rlvr generate merges "
                                 "on the fly)")
     check_model_dir_files(model_dir)
+    check_weight_files(model_dir)  # headers and shard index: transformers trusts both
     check_config_against_weights(model_dir)  # before modules of the config's sizes are built
     # Safetensors only: a `pytorch_model.bin` is a pickle, and torch's restricted unpickler is
     # still an unpickler of a file someone else wrote (house rule: none).

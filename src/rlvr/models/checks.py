@@ -1,9 +1,10 @@
 """Checks of a model directory as untrusted input, before and after transformers reads it: the
-files it reads are regular files inside the directory and of a sane size, the config is a JSON
-object whose layer count and embedding shape match the weights' safetensors headers (read
-without the weights), every weight the model needs was loaded from the file, and the tokenizer
-has an end-of-sequence token the model can embed. Each failure is a ConfigError naming the
-directory or file. This module loads nothing itself: `rlvr.models` calls it around its loads.
+files it reads are regular files inside the directory and of a sane size, the weights'
+safetensors headers and shard index are well formed and name only files in it, the config is
+a JSON object whose layer count and embedding shape match those headers (read without the
+weights), every weight the model needs was loaded from the file, and the tokenizer has an
+end-of-sequence token the model can embed. Each failure is a ConfigError naming the directory
+or file. This module loads nothing itself: `rlvr.models` calls it around its loads.
 """
 
 from __future__ import annotations
@@ -12,15 +13,17 @@ import json
 import os
 import re
 import stat
-import struct
 from pathlib import Path
 
 from rlvr.config import ConfigError
+from rlvr.models.safetensors_header import read_safetensors_header
 
+# transformers reads this instead of a single model.safetensors: weight name -> shard file.
+INDEX_NAME = "model.safetensors.index.json"
 # The files rlvr or transformers reads from a model, tokenizer or adapter directory.
 _READ_NAMES = {"config.json", "generation_config.json", "special_tokens_map.json",
                "added_tokens.json", "chat_template.json", "chat_template.jinja", "vocab.json",
-               "merges.txt", "model.safetensors.index.json"}
+               "merges.txt", INDEX_NAME}
 _READ_PREFIXES = ("tokenizer", "adapter_", "chat_template")
 _READ_SUFFIXES = (".safetensors", ".jinja")
 # transformers 5 also reads every template in this subdirectory.
@@ -28,8 +31,6 @@ _TEMPLATE_SUBDIR = "additional_chat_templates"
 # Files that are parsed whole into memory (everything but the weights, which are mapped).
 # SmolLM2's tokenizer.json is 3.4 MiB, Qwen's about 11 MiB.
 MAX_TEXT_BYTES = 64 << 20
-# safetensors itself refuses a header over 100 MB.
-MAX_HEADER_BYTES = 100_000_000
 
 
 def _is_read(name: str) -> bool:
@@ -84,7 +85,8 @@ def read_json_object(path: Path, max_bytes: int | None = None) -> dict:
         raise ConfigError(f"{path} is not a regular file of at most {max_bytes} bytes")
     try:
         value = json.loads(path.read_text())
-    except (OSError, ValueError) as e:  # UnicodeDecodeError and JSONDecodeError included
+    # UnicodeDecodeError and JSONDecodeError are ValueErrors; RecursionError: arrays nested deeply
+    except (OSError, ValueError, RecursionError) as e:
         raise ConfigError(f"{path} is not valid JSON: {e}") from e
     if not isinstance(value, dict):
         raise ConfigError(f"{path} holds a JSON {type(value).__name__}, not a JSON object")
@@ -110,26 +112,45 @@ def is_positive_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
-def read_safetensors_header(path: Path) -> dict[str, dict]:
-    """The tensor entries (name -> {"dtype", "shape", ...}) of a safetensors file, from its
-    header alone: an 8-byte little-endian length, then that many bytes of JSON."""
-    size = path.stat().st_size
-    with open(path, "rb") as f:
-        head = f.read(8)
-        if len(head) < 8:
-            raise ConfigError(f"{path} is not a safetensors file (shorter than its header)")
-        (length,) = struct.unpack("<Q", head)
-        if length > min(MAX_HEADER_BYTES, size - 8):
-            raise ConfigError(f"{path}: its header claims {length} bytes, more than the file "
-                              f"holds or {MAX_HEADER_BYTES}")
-        try:
-            header = json.loads(f.read(length))
-        except ValueError as e:
-            raise ConfigError(f"{path}: its header is not valid JSON: {e}") from e
-    if not isinstance(header, dict):
-        raise ConfigError(f"{path}: its header is not a JSON object")
-    header.pop("__metadata__", None)
-    return header
+def _weight_files(model_dir: str) -> list[Path]:
+    return sorted(p for p in Path(model_dir).glob("*.safetensors")
+                  if not p.name.startswith("adapter_"))
+
+
+def check_weight_files(model_dir: str) -> None:
+    """Each weights file of `model_dir` is one the safetensors library opens, with no tensor
+    named twice (`read_safetensors_header`: the header alone), and the shard index, where there
+    is one, maps tensor names to safetensors files directly in the directory (transformers
+    joins each name to the directory, so `../x.safetensors` or an absolute path was read from
+    outside it), each present and holding every tensor the index places in it. ConfigError
+    naming the file; before any of them is loaded, so none fails inside transformers."""
+    headers = {p.name: read_safetensors_header(p) for p in _weight_files(model_dir)}
+    path = Path(model_dir) / INDEX_NAME
+    if not path.is_file():
+        return
+    index = read_json_object(path, MAX_TEXT_BYTES)
+    weight_map = index.get("weight_map")
+    if not isinstance(weight_map, dict) or not all(isinstance(v, str)
+                                                   for v in weight_map.values()):
+        raise ConfigError(f"{path}: weight_map is not a JSON object of tensor name -> file name")
+    if not isinstance(index.get("metadata"), dict):  # transformers adds its own keys to it
+        raise ConfigError(f"{path}: metadata is not a JSON object")
+    tensors_of: dict[str, list[str]] = {}
+    for tensor, shard in weight_map.items():
+        tensors_of.setdefault(shard, []).append(tensor)
+    for shard, tensors in sorted(tensors_of.items()):
+        # A bare name: check_model_dir_files has vetted every *.safetensors in the directory.
+        if Path(shard).name != shard or not shard.endswith(".safetensors"):
+            raise ConfigError(f"{path}: {shard!r} is not the name of a safetensors file in "
+                              f"{model_dir}")
+        if not (Path(model_dir) / shard).is_file():
+            raise ConfigError(f"{path} names the shard {shard}, which {model_dir} does not hold")
+        held = headers.get(shard) or read_safetensors_header(Path(model_dir) / shard)
+        absent = [t for t in tensors if t not in held]
+        if absent:
+            raise ConfigError(f"{path} places tensors in {shard} that it does not hold: "
+                              f"{', '.join(t[:80] for t in absent[:3])}"
+                              f"{f' and {len(absent) - 3} more' if len(absent) > 3 else ''}")
 
 
 _LAYER_INDEX = re.compile(r"(?:^|\.)(?:layers|h|blocks|layer)\.(\d+)\.")
@@ -152,8 +173,7 @@ def check_config_against_weights(model_dir: str) -> None:
     is one more than the highest `layers.N.` index in the weights, and the token embedding is
     vocab_size x hidden_size. ConfigError naming config.json."""
     config = read_model_config(model_dir)
-    weights = sorted(p for p in Path(model_dir).glob("*.safetensors")
-                     if not p.name.startswith("adapter_"))
+    weights = _weight_files(model_dir)
     if config is None or not weights:
         return  # transformers says what is missing
     config_path = Path(model_dir) / "config.json"

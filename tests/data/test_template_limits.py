@@ -93,6 +93,46 @@ def test_summing_many_lists_takes_one_copy_not_one_per_list():
     assert float(out.split("seconds ")[1]) < 5
 
 
+def test_loops_that_call_nothing_meet_the_deadline_off_the_main_thread():
+    """The interval timer that stops a render on the main thread does not run on others (the
+    judge's scorer, the episodes' loop), where nested loops over a long string ran on: 1e10
+    iterations, past the child's 20 s. Each loop's items now tick the deadline."""
+    loops = ("{% set s = 'a' * 100000 %}{% for a in s %}{% for b in s %}{% endfor %}"
+             "{% endfor %}x")
+    code = textwrap.dedent(f"""
+        import threading, time
+        from rlvr.data.templates import _tokenizer_environment_template
+        template = _tokenizer_environment_template({loops!r})
+        def run():
+            start = time.monotonic()
+            try:
+                template.environment.render(template, messages=[])
+            except BaseException as e:
+                print(type(e).__name__, e)
+            print(f"seconds {{time.monotonic() - start:.1f}}")
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        thread.join(20)""")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60).stdout
+    assert "took over 2 s" in out and float(out.split("seconds ")[1]) < 5, out
+
+
+def test_loops_keep_their_meaning():
+    """Every loop's iterable goes through a ticking filter: loop variables, else, filters on
+    the loop, recursion and unpacking as jinja2 renders them."""
+    text = ("{% for x in xs %}{{ loop.index }}/{{ loop.length }}{{ 'L' if loop.last }}"
+            "{{ loop.cycle('a', 'b') }} {% else %}empty{% endfor %}|{% for k, v in d.items() %}"
+            "{{ k }}={{ v }};{% endfor %}|{% for x in xs if x > 1 %}{{ x }}{% endfor %}|"
+            "{% for n in tree recursive %}{{ n.name }}({{ loop(n.children) }}){% endfor %}|"
+            "{% for x in [] %}x{% else %}E{% endfor %}")
+    values = dict(xs=[1, 2, 3], d={"a": 1, "b": 2},
+                  tree=[{"name": "r", "children": [{"name": "c", "children": []}]}])
+    template = _tokenizer_environment_template(text)
+    assert template.environment.render(template, **values) == \
+        jinja2.sandbox.ImmutableSandboxedEnvironment().from_string(text).render(**values)
+
+
 # ---- ordinary templates render what jinja2 renders ------------------------------------
 
 ORDINARY = [

@@ -214,6 +214,9 @@ class TemplateLimitError(ConfigError):
     """A template went past a `BoundedEnvironment` limit while rendering."""
 
 
+_TICKING = "rlvr_ticking"  # the filter every loop's iterable goes through (`_generate`)
+
+
 class _BoundedCodeGenerator(CodeGenerator):
     """Compiles `a ~ b` (jinja2's Concat, which the sandbox cannot intercept) so its result
     goes through `environment.checked`."""
@@ -245,6 +248,23 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
         self._deadline = threading.local()
         self.globals["range"] = self._range
         self.filters = {k: self._bounded_call(f, k) for k, f in self.filters.items()}
+        self.filters[_TICKING] = self._ticking  # unwrapped: it sizes nothing, it iterates
+
+    def _generate(self, source: jinja2.nodes.Template, name: str | None, filename: str | None,
+                  defer_init: bool = False) -> str:
+        # Every `{% for %}` iterates through `_ticking`, so that a loop calling nothing (two
+        # nested loops over a long string) still meets the deadline: the interval timer that
+        # would stop it runs on the main thread only, and the judge and the episodes render
+        # on others (nested loops over 100,000 characters ran past 15 s there, unstopped).
+        for loop in source.find_all(jinja2.nodes.For):
+            loop.iter = jinja2.nodes.Filter(loop.iter, _TICKING, [], [], None, None,
+                                            lineno=loop.iter.lineno)
+        return super()._generate(source, name, filename, defer_init)
+
+    def _ticking(self, iterable: Any) -> Any:
+        for item in iterable:
+            self.tick()
+            yield item
 
     def limit(self, problem: str) -> TemplateLimitError:
         return TemplateLimitError(f"the template {problem}")

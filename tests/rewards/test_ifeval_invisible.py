@@ -72,3 +72,23 @@ def test_visible_text_removes_format_characters_and_spaces_fillers():
     assert visible_text("a\u3164b\u2800c") == "a b c"
     assert visible_text("caf\u00e9 \u00a0") == "caf\u00e9 \u00a0"  # letters and spaces kept
     assert visible_text("tag\U000E0041\U000E0042") == "tag"  # "ASCII smuggling" tag characters
+
+
+@pytest.mark.parametrize("comma", ["\u201a", "\uff0c", "\u060c", "\u3001", "\ufe50", "\U0001f102"])
+def test_a_comma_on_screen_is_a_comma(comma):
+    """IFEval looks for the ASCII comma only: "One\u201a two" kept a comma on screen (U+201A is
+    drawn as one) and met "no commas"."""
+    verify = get_verifier("ifeval")
+    assert verify(f"One{comma} two and three.", row("punctuation:no_comma")) == 0.0
+    assert verify("One two and three.", row("punctuation:no_comma")) == 1.0
+
+
+def test_every_comma_of_this_pythons_unicode_counts():
+    import sys
+    import unicodedata
+
+    from rlvr.rewards.ifeval.constraints import COMMAS
+
+    named = {chr(c) for c in range(sys.maxunicode + 1)
+             if unicodedata.category(chr(c)) == "Po" and "COMMA" in unicodedata.name(chr(c), "")}
+    assert named <= COMMAS, sorted(named - COMMAS)

@@ -257,7 +257,18 @@ def english_lowercase(response: str) -> bool:
 
 # --- punctuation ------------------------------------------------------------------------------
 
+# A comma in any script: every punctuation mark (Unicode category Po) named COMMA, as of
+# Unicode 14 (`tests/rewards/test_ifeval_invisible.py` checks the running Python's list is
+# here), and what renders as one: U+201A (the low single quotation mark, drawn as a comma) and
+# the digit-comma signs U+1F101-U+1F10A ("0," as one character). IFEval looks for the ASCII one
+# only, so "One\u201a two" kept its comma on screen and met "no commas".
+COMMAS = frozenset(
+    "\u002c\u055d\u060c\u07f8\u1363\u1802\u1808\u2e32\u2e34\u2e41\u2e49\u2e4c\u3001\ua4fe"
+    "\ua60d\ua6f5\ufe10\ufe11\ufe50\ufe51\uff0c\uff64\U0001144d\U0001145a\U00016e97\U0001da87"
+    "\u201a" + "".join(chr(c) for c in range(0x1F101, 0x1F10B)))
+
+
 @register_constraint("punctuation:no_comma")
 def no_comma(response: str) -> bool:
-    """No comma, ASCII or full-width (IFEval looks for the ASCII one only)."""
-    return "," not in response and "\uff0c" not in response
+    """No comma in any script, nor a character drawn as one (`COMMAS`)."""
+    return COMMAS.isdisjoint(response)

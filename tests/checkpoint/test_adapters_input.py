@@ -5,6 +5,7 @@ matrices, allocating gigabytes, or running an SVD over the base weights."""
 import json
 import re
 import shutil
+import struct
 
 import pytest
 import torch
@@ -12,6 +13,7 @@ from safetensors.torch import load_file, save_file
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from rlvr.cli import main
+from rlvr.config import ConfigError
 from rlvr.learner.lora import LoraSettings, save_adapter, wrap_lora
 
 
@@ -81,3 +83,55 @@ def test_a_config_that_is_not_a_json_object_exits_2(adapter, tmp_path, capsys):
     (d / "adapter_config.json").write_text("[1, 2]")
     assert main(["merge", str(d), str(tmp_path / "out")]) == 2
     assert "not a JSON object" in capsys.readouterr().err
+
+
+def _header_and_data(path):
+    raw = path.read_bytes()
+    (length,) = struct.unpack("<Q", raw[:8])
+    return json.loads(raw[8:8 + length]), raw[8 + length:]
+
+
+def _hostile_weights(path, how):
+    """Rewrite the adapter file `path` as `how` says; PEFT opened each unchecked."""
+    if how == "truncated":
+        path.write_bytes(path.read_bytes()[:path.stat().st_size // 2])
+        return
+    header, data = _header_and_data(path)
+    first = next(name for name in header if name != "__metadata__")
+    if how == "offsets-past-end":
+        header[first]["data_offsets"] = [0, 10**9]
+    elif how == "dtype-F99":
+        header[first]["dtype"] = "F99"
+    text = json.dumps(header).encode()
+    if how == "named-twice":  # json keeps the last of two equal keys: the library passes it
+        text = text[:-1] + f', "{first}": {json.dumps(header[first])}}}'.encode()
+    path.write_bytes(struct.pack("<Q", len(text)) + text + data)
+
+
+@pytest.mark.parametrize("how, message", [
+    ("truncated", "is not a valid safetensors file: .*incomplete metadata"),
+    ("offsets-past-end", "is not a valid safetensors file: .*invalid shape, data type, or offset"),
+    ("dtype-F99", "is not a valid safetensors file: .*unknown variant `F99`"),
+    ("named-twice", "its header names base_model.model.*lora_A.weight twice"),
+])
+def test_a_malformed_adapter_weights_file_exits_2_naming_it(adapter, tmp_path, capsys, how,
+                                                            message):
+    d = _variant(adapter, how)
+    _hostile_weights(d / "adapter_model.safetensors", how)
+    assert main(["merge", str(d), str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("rlvr: ")]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert str(d / "adapter_model.safetensors") in lines[0]
+    assert re.search(message, lines[0]), lines[0]
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_adapter_file_linking_out_of_the_directory_is_refused(adapter, tmp_path):
+    from rlvr.checkpoint.adapters import load_merged_model
+
+    d = _variant(adapter, "link")
+    (d / "adapter_model.safetensors").unlink()
+    (d / "adapter_model.safetensors").symlink_to(adapter / "ok" / "adapter_model.safetensors")
+    with pytest.raises(ConfigError, match="adapter_model.safetensors links to .* outside"):
+        load_merged_model(d)

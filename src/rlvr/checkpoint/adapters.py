@@ -12,8 +12,12 @@ any model: `rlvr generate OUT`, the transformers engine, vLLM.
 An adapter directory is input: before PEFT builds anything, `check_adapter_config` refuses a
 rank outside [1, the base's hidden size], an `init_lora_weights` that is not a bool (PiSSA,
 OLoRA, LoftQ ... would recompute, and rewrite, the base weights) and options rlvr never writes
-(layer replication, modules to save, DoRA, ...); after loading, the adapter file's tensor names
-must be exactly those PEFT expected (a renamed key would leave its matrix at random init).
+(layer replication, modules to save, DoRA, ...), the directory's files must be regular files
+inside it (`check_model_dir_files`) and the weights file one the safetensors library opens, with
+no tensor named twice (`read_safetensors_header`: PEFT opens it with no check of its own, and a
+truncated file or unknown dtype failed inside it with a SafetensorError traceback); after
+loading, the adapter file's tensor names must be exactly those PEFT expected (a renamed key
+would leave its matrix at random init).
 
 Not here: writing adapters (PEFT's `save_pretrained`, through `rlvr.learner.lora.save_adapter`).
 """
@@ -28,8 +32,9 @@ import torch
 
 from rlvr.checkpoint.atomic import fresh_tmp_dir, publish_dir
 from rlvr.config import ConfigError
-from rlvr.models.checks import (is_positive_int, read_json_object, read_model_config,
-                               text_config)
+from rlvr.models.checks import (check_model_dir_files, is_positive_int, read_json_object,
+                               read_model_config, text_config)
+from rlvr.models.safetensors_header import read_safetensors_header
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -114,11 +119,9 @@ def check_adapter_keys(model: torch.nn.Module, directory: str | Path) -> None:
     """The adapter file's tensor names are exactly those the PEFT model expects: PEFT only
     warns about a missing one and keeps its random init."""
     from peft import get_peft_model_state_dict
-    from safetensors import safe_open
 
     path = Path(directory) / ADAPTER_WEIGHTS
-    with safe_open(str(path), framework="pt") as f:
-        found = set(f.keys())
+    found = set(read_safetensors_header(path))
     wanted = set(get_peft_model_state_dict(model, save_embedding_layers=False))
     missing, unexpected = sorted(wanted - found), sorted(found - wanted)
     if missing or unexpected:
@@ -138,6 +141,8 @@ def load_adapter_checkpoint(directory: str | Path, dtype: str = "float32") -> to
         # PEFT would fall back to `adapter_model.bin`, a pickle (house rule: none is loaded)
         raise FileNotFoundError(f"{directory} holds no adapter_model.safetensors; an adapter is "
                                 "loaded from safetensors only")
+    check_model_dir_files(str(directory))  # regular files inside it, each JSON an object
+    read_safetensors_header(Path(directory) / ADAPTER_WEIGHTS)  # before PEFT opens it unchecked
     base_dir = resolve_model_dir(adapter_base_model(directory))
     check_adapter_config(directory, base_dir)
     base = load_causal_lm(base_dir, dtype)

@@ -13,8 +13,8 @@ from typing import Callable
 import torch
 
 from rlvr.models.checks import (check_config_against_weights, check_loading_info,
-                               check_model_dir_files, check_tokenizer_tokens,
-                               check_weight_files)
+                               check_model_dir_files, check_tokenizer_file,
+                               check_tokenizer_tokens, check_weight_files)
 from rlvr.models.smollm2 import write_smollm2
 from rlvr.models.tiny import write_tiny_model
 
@@ -86,6 +86,7 @@ def load_tokenizer(model_dir: str):
     from transformers import AutoTokenizer
 
     check_model_dir_files(model_dir)  # a caller may pass a directory not resolved here
+    check_tokenizer_file(model_dir)  # transformers' failures on a malformed one are tracebacks
     tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=TRUST_REMOTE_CODE)
     check_tokenizer_tokens(tokenizer, model_dir)
     if tokenizer.pad_token_id is None:

@@ -1,5 +1,6 @@
 """Checks of a model directory as untrusted input, before and after transformers reads it: the
-files it reads are regular files inside the directory and of a sane size, the weights'
+files it reads are regular files inside the directory and of a sane size, each JSON file among
+them a JSON object (tokenizer.json: a file the tokenizers library opens), the weights'
 safetensors headers and shard index are well formed and name only files in it, the config is
 a JSON object whose layer count and embedding shape match those headers (read without the
 weights), every weight the model needs was loaded from the file, and the tokenizer has an
@@ -26,6 +27,8 @@ _READ_NAMES = {"config.json", "generation_config.json", "special_tokens_map.json
                "merges.txt", INDEX_NAME}
 _READ_PREFIXES = ("tokenizer", "adapter_", "chat_template")
 _READ_SUFFIXES = (".safetensors", ".jinja")
+# The tokenizer's own file: megabytes, parsed by the tokenizers library (`check_tokenizer_file`).
+TOKENIZER_FILE = "tokenizer.json"
 # transformers 5 also reads every template in this subdirectory.
 _TEMPLATE_SUBDIR = "additional_chat_templates"
 # Files that are parsed whole into memory (everything but the weights, which are mapped).
@@ -51,8 +54,13 @@ def check_model_dir_files(model_dir: str) -> None:
     """Every file of `model_dir` that rlvr or transformers reads is a regular file (not a FIFO,
     which hangs a read, nor a device: /dev/zero reads until memory runs out), resolves inside
     the directory (a link to a file outside would be read, and copied into the run's
-    checkpoints), and, unless it is weights, is at most MAX_TEXT_BYTES. ConfigError naming the
-    file. A path that is not a local directory (a hub id) is left to transformers."""
+    checkpoints), and, unless it is weights, is at most MAX_TEXT_BYTES; each `*.json` but
+    tokenizer.json is a JSON object (`read_json_object`: transformers' own json.load of a deeply
+    nested one raised RecursionError, of a list AttributeError or TypeError). These are KiB
+    (a slow tokenizer's vocab.json aside); tokenizer.json, megabytes, is checked only where the
+    tokenizer loads (`check_tokenizer_file`), not on each of a run's half-dozen calls here.
+    ConfigError naming the file. A path that is not a local directory (a hub id) is left to
+    transformers."""
     directory = Path(model_dir)
     if not directory.is_dir():
         return
@@ -76,6 +84,27 @@ def check_model_dir_files(model_dir: str) -> None:
             raise ConfigError(f"{path} is {status.st_size} bytes, more than the "
                               f"{MAX_TEXT_BYTES} a "
                               "model's config or tokenizer file may be")
+        if path.name.endswith(".json") and path.name != TOKENIZER_FILE:
+            read_json_object(path)
+
+
+def check_tokenizer_file(model_dir: str) -> None:
+    """tokenizer.json, where `model_dir` has one, is a tokenizer the tokenizers library builds:
+    JSON, an object, nested at most 128 deep (the library's parser's limit; deeper, it failed
+    inside transformers with an Exception, and past about 1,000 levels transformers' json.load
+    with RecursionError), with a model of a known kind. ConfigError naming the file. Parsing
+    it adds about a quarter to the tokenizer's load (70 ms for SmolLM2's 3.4 MiB), so only
+    `load_tokenizer` calls this; run `check_model_dir_files` first (a FIFO would hang here)."""
+    from tokenizers import Tokenizer
+
+    path = Path(model_dir) / TOKENIZER_FILE
+    if not path.is_file():
+        return
+    try:
+        Tokenizer.from_file(str(path))
+    except Exception as e:  # the library raises a bare Exception for every malformed file
+        raise ConfigError(f"{path} is not a tokenizer the tokenizers library opens: "
+                          f"{str(e)[:200]}") from None
 
 
 def read_json_object(path: Path, max_bytes: int | None = None) -> dict:
@@ -84,7 +113,7 @@ def read_json_object(path: Path, max_bytes: int | None = None) -> dict:
     if max_bytes is not None and (not path.is_file() or path.stat().st_size > max_bytes):
         raise ConfigError(f"{path} is not a regular file of at most {max_bytes} bytes")
     try:
-        value = json.loads(path.read_text())
+        value = json.loads(path.read_text(encoding="utf-8"))  # as transformers reads it
     # UnicodeDecodeError and JSONDecodeError are ValueErrors; RecursionError: arrays nested deeply
     except (OSError, ValueError, RecursionError) as e:
         raise ConfigError(f"{path} is not valid JSON: {e}") from e

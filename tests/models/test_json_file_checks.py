@@ -97,3 +97,14 @@ def test_train_on_a_malformed_json_file_exits_2_in_one_line(model_copy, tmp_path
                                f"model.name_or_path={model_copy}", f"experiment.output_dir={out}"],
                       str(model_copy / name), expected)
     assert not out.exists()
+
+
+def test_a_tokenizer_transformers_cannot_build_is_refused_naming_the_directory(model_copy):
+    """The tokenizers library opens a tokenizer.json without `added_tokens`; transformers then
+    raised KeyError out of its own loader."""
+    data = json.loads((model_copy / "tokenizer.json").read_text())
+    del data["added_tokens"]
+    (model_copy / "tokenizer.json").write_text(json.dumps(data))
+    with pytest.raises(ConfigError, match=f"{model_copy}: transformers cannot build a "
+                                          "tokenizer from it: KeyError"):
+        load_tokenizer(str(model_copy))

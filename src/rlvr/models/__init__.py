@@ -12,6 +12,7 @@ from typing import Callable
 
 import torch
 
+from rlvr.config import ConfigError
 from rlvr.models.checks import (check_config_against_weights, check_loading_info,
                                check_model_dir_files, check_tokenizer_file,
                                check_tokenizer_tokens, check_weight_files)
@@ -87,7 +88,18 @@ def load_tokenizer(model_dir: str):
 
     check_model_dir_files(model_dir)  # a caller may pass a directory not resolved here
     check_tokenizer_file(model_dir)  # transformers' failures on a malformed one are tracebacks
-    tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=TRUST_REMOTE_CODE)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=TRUST_REMOTE_CODE)
+    except ValueError:  # ConfigError included; transformers' refusals (remote code) say why
+        raise
+    except Exception as e:  # noqa: BLE001
+        if not os.path.isdir(model_dir):
+            raise  # a hub id: transformers' own message says what is missing
+        # What the checks above cannot foresee of transformers' expectations (a tokenizer.json
+        # the library opens but with no `added_tokens` was a KeyError traceback): the
+        # directory's input is wrong, so exit 2 naming it, the chain kept for RLVR_DEBUG.
+        raise ConfigError(f"{model_dir}: transformers cannot build a tokenizer from it: "
+                          f"{type(e).__name__}: {str(e)[:200]}") from e
     check_tokenizer_tokens(tokenizer, model_dir)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token

@@ -26,6 +26,7 @@ from rlvr.rewards.scorer import ScoreRequest
 from rlvr.rollout.client import Coalescer, EngineClient
 from rlvr.rollout.seeds import derive_seed
 from rlvr.types import Completion, Prompt, RewardOutcome, SamplingParams
+from rlvr.workflows.slots import EpisodeClock, SandboxSlots
 
 
 @dataclass
@@ -61,11 +62,21 @@ class EpisodeContext:
 
     def __init__(self, engine: EngineClient, scorer: Coalescer, tokenizer: Any,
                  params: SamplingParams, shaping: RewardShaping, settings: WorkflowSettings,
-                 continuation: Callable[[list[dict], list[dict], int | None], list[int]] | None = None):
+                 continuation: Callable[[list[dict], list[dict], int | None], list[int]] | None = None,
+                 sandbox: SandboxSlots | None = None, clock: EpisodeClock | None = None):
         self.engine, self.tokenizer, self.params = engine, tokenizer, params
         self.shaping, self.settings = shaping, settings
         self._scorer = scorer
         self._continuation = continuation
+        self._sandbox, self._clock = sandbox, clock
+
+    async def sandboxed(self, fn: Callable[..., T], *args, **kwargs) -> T:
+        """`fn(*args, **kwargs)`, a blocking sandbox run (a tool call), on one of the run's
+        sandbox slots, at most one per CPU (`rlvr.workflows.slots`). The time it waits for a
+        slot is not charged to the episode's timeout."""
+        if self._sandbox is None:  # a context built without the runner's slots
+            return await asyncio.to_thread(fn, *args, **kwargs)
+        return await self._sandbox.run(self._clock, fn, *args, **kwargs)
 
     async def generate(self, prompt_ids: Sequence[int], params: SamplingParams | None = None,
                        sample: int | None = None) -> list[Completion]:

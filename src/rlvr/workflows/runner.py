@@ -7,12 +7,15 @@ verifier calls. While it waits, the calling thread (the trainer's, or the produc
 the engine's batches itself, so that the engine and the learner compute on one thread
 (`CallerThreadExecutor` says why that matters).
 
-Failure: an episode that raises, or outlives `episode_timeout_s`, loses its group; both are
-counted (`workflow/errors`, `workflow/timeouts`) and the first error of a step is logged with
-its traceback. If every episode of a step fails the step raises: a workflow that never works
-must stop the run, not train on nothing. A failing engine or scorer (`BatchCallFailed`) raises
-at once: that is the run's machinery, not an episode's doing. The built-in workflows run a
-group's samples with `gather_samples`, so one sample that raises stops its siblings with it.
+Failure: an episode that raises, or outlives `episode_timeout_s` of its own time, loses its
+group; both are counted (`workflow/errors`, `workflow/timeouts`) and the first error of a step
+is logged with its traceback. The time its tool calls waited for a sandbox slot, held by other
+episodes' calls, is not its own (`rlvr.workflows.slots`); the longest such wait of the step is
+`workflow/sandbox_wait_s_max`. If every episode of a step fails the step raises: a workflow
+that never works must stop the run, not train on nothing. A failing engine or scorer
+(`BatchCallFailed`) raises at once: that is the run's machinery, not an episode's doing. The
+built-in workflows run a group's samples with `gather_samples`, so one sample that raises
+stops its siblings with it.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable, TypeVar
 
 from rlvr.data.templates import ChatTemplate
 from rlvr.producer.groups import Episodes, RewardShaping
@@ -31,8 +34,10 @@ from rlvr.rollout.client import (BatchCallFailed, CallerThreadExecutor, Coalesce
 from rlvr.types import Prompt, RewardOutcome, Sample, SamplingParams
 from rlvr.workflows.base import EpisodeContext, Trajectory, Workflow, WorkflowSettings
 from rlvr.workflows.chat import continuation_ids
+from rlvr.workflows.slots import EpisodeClock, SandboxSlots
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class EpisodeRunner:
@@ -44,7 +49,7 @@ class EpisodeRunner:
                  tokenizer: Any, settings: WorkflowSettings,
                  continuation: Callable[[list[dict], list[dict], int | None], list[int]] | None = None,
                  episode_timeout_s: float = 600.0, max_batch_wait_s: float = 1.0,
-                 chat_template: ChatTemplate | None = None):
+                 chat_template: ChatTemplate | None = None, sandbox_slots: int | None = None):
         self.workflow, self.tokenizer, self.settings = workflow, tokenizer, settings
         if continuation is None and tokenizer is not None:  # the run's chat template
             render = chat_template.render if chat_template is not None else None
@@ -54,6 +59,7 @@ class EpisodeRunner:
                                         render)
         self.continuation, self.episode_timeout_s = continuation, episode_timeout_s
         self.tracker = EpisodeTracker()
+        self.sandbox = SandboxSlots(sandbox_slots)  # tool calls; default one per usable CPU
         self._on_caller = CallerThreadExecutor()  # the engine decodes on run()'s caller
         self.engine = EngineClient(engine, self.tracker, max_batch_wait_s, self._on_caller)
         self.scorer = Coalescer(lambda _key, batches: _score_batches(scorer, batches),
@@ -74,14 +80,17 @@ class EpisodeRunner:
     def close(self) -> None:
         self.engine.close()
         self.scorer.close()
+        self.sandbox.close()
         if self._loop.is_running():
             self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=10)
 
     async def _run_all(self, prompts: list[Prompt], params: SamplingParams,
                        shaping: RewardShaping) -> tuple[Episodes, dict[str, float]]:
-        tasks = [asyncio.ensure_future(self._episode(i, prompt, params, shaping))
-                 for i, prompt in enumerate(prompts)]  # in prompt order: requests batch in it
+        clocks = [EpisodeClock(self.episode_timeout_s) for _ in prompts]
+        # In prompt order: requests batch in it.
+        tasks = [asyncio.ensure_future(self._episode(i, prompt, params, shaping, clock))
+                 for i, (prompt, clock) in enumerate(zip(prompts, clocks))]
         results = await asyncio.gather(*tasks, return_exceptions=True)
         groups, outcomes = [], []
         trajectories: list[Trajectory] = []
@@ -109,26 +118,42 @@ class EpisodeRunner:
             raise RuntimeError(f"every episode of the step failed ({errors} raised, {timeouts} "
                                f"timed out after {self.episode_timeout_s} s)") from first_error
         metrics = {"workflow/errors": float(errors), "workflow/timeouts": float(timeouts),
+                   "workflow/sandbox_wait_s_max": max((c.waited_s for c in clocks), default=0.0),
                    **_trajectory_metrics(trajectories)}
         return Episodes(groups=groups, outcomes=outcomes), metrics
 
     async def _episode(self, position: int, prompt: Prompt, params: SamplingParams,
-                       shaping: RewardShaping) -> list[Trajectory]:
+                       shaping: RewardShaping, clock: EpisodeClock) -> list[Trajectory]:
         episode = self.tracker.start()
         current_episode.set(episode)  # this task's context only
         episode_position.set(position)
         # A context per episode: a workflow may adjust its own sampling (tool stop strings).
         ctx = EpisodeContext(self.engine, self.scorer, self.tokenizer, params, shaping,
-                             self.settings, self.continuation)
+                             self.settings, self.continuation, self.sandbox, clock)
         try:
-            trajectories = await asyncio.wait_for(self.workflow(ctx, prompt),
-                                                  self.episode_timeout_s)
+            trajectories = await _within(clock, self.workflow(ctx, prompt))
         finally:
             self.tracker.finish(episode)
         if not trajectories or not all(isinstance(t, Trajectory) for t in trajectories):
             raise TypeError(f"a workflow must return a non-empty list of Trajectory, got "
                             f"{type(trajectories).__name__}")
         return trajectories
+
+
+async def _within(clock: EpisodeClock, work: Awaitable[T]) -> T:
+    """`work`'s result, or asyncio.TimeoutError (`work` cancelled) once `clock` runs out."""
+    task = asyncio.ensure_future(work)
+    try:
+        while not task.done():
+            left = clock.left_s()  # does not shrink while the episode waits for a slot
+            if left <= 0:
+                raise asyncio.TimeoutError
+            await asyncio.wait({task}, timeout=left)
+        return task.result()
+    finally:
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
 
 
 def _score_batches(scorer: RewardScorer, batches: list[list[ScoreRequest]]

@@ -55,7 +55,7 @@ async def _converse(ctx: EpisodeContext, prompt: Prompt, turn_out: Completion,
             counts["tools/malformed"] += 1
             output = f"Error: {call.problem}"
         else:
-            result = await run_python_tool(call.code, s.tool_timeout_s)
+            result = await run_python_tool(call.code, s.tool_timeout_s, ctx.sandboxed)
             counts["tools/errors"] += result.failed and not result.timed_out
             counts["tools/timeouts"] += result.timed_out
             output = result.output

@@ -15,10 +15,11 @@ and it runs on the event loop every episode shares.
 
 The code runs in the code verifier's sandbox (`rlvr.rewards.code.run_tests`), with its limits:
 a process of its own, a wall-clock limit, no network, no forks, writes only in a scratch
-directory. Whatever it prints (and an exception's message) is the tool's output. Every tool
-message, an error about a call included, is cut to `rollout.tool_output_chars` (`cut_output`)
-before the model sees it. A sandbox that cannot start at all raises: a broken host, not the
-model's error.
+directory. At most one call per CPU runs at once (`EpisodeContext.sandboxed`): the limit is
+wall-clock time, fair only while a call has a core to itself. Whatever it prints (and an
+exception's message) is the tool's output. Every tool message, an error about a call included,
+is cut to `rollout.tool_output_chars` (`cut_output`) before the model sees it. A sandbox that
+cannot start at all raises: a broken host, not the model's error.
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ from __future__ import annotations
 import asyncio
 import json
 from dataclasses import dataclass
+from typing import Awaitable, Callable
 
-from rlvr.rewards.code import FENCE, closed_blocks, run_tests
+from rlvr.rewards.code import FENCE, SandboxRun, closed_blocks, run_tests
 
 TOOL_NAME = "python"
 # Stop sampling where a call is complete, so the tool runs before the model goes on.
@@ -134,10 +136,13 @@ def cut_output(text: str, max_chars: int) -> str:
     return text[:max_chars] + f"\n... [output cut at {max_chars} characters]"
 
 
-async def run_python_tool(code: str, timeout_s: float) -> ToolResult:
-    """Run `code` in the sandbox (in a thread: the episode loop keeps going)."""
+async def run_python_tool(code: str, timeout_s: float,
+                          on_thread: Callable[..., Awaitable[SandboxRun]] = asyncio.to_thread
+                          ) -> ToolResult:
+    """Run `code` in the sandbox, in a thread `on_thread` gives it (the episode loop keeps
+    going): `EpisodeContext.sandboxed` in the workflow, at most one call per CPU."""
     # One trivial test: it passes only if the code itself ran without raising.
-    run = await asyncio.to_thread(run_tests, code, ("pass",), timeout_s=timeout_s)
+    run = await on_thread(run_tests, code, ("pass",), timeout_s=timeout_s)
     if run.timed_out:
         return ToolResult(f"Error: the code did not finish within {timeout_s:g} s.", True, True)
     output = run.output.replace("<solution>: ", "")

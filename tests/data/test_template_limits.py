@@ -86,6 +86,15 @@ def test_what_one_render_keeps_alive_is_bounded():
     assert "bytes of values in one render" in _child(kept)
 
 
+def test_what_one_render_builds_is_counted_per_render_not_per_thread():
+    """Each render builds 2 MB; 400 of them on one thread (a dataset's rows, an episode's
+    turns) build 800 MB in all, which the per-render cap must not add up: it did, and the
+    135th render was refused."""
+    template = _tokenizer_environment_template(
+        "{% set s = 'a' * 1000000 %}{{ (s ~ 'b')|length }}")
+    assert {template.environment.render(template, messages=[]) for _ in range(400)} == {"1000001"}
+
+
 def test_summing_many_lists_takes_one_copy_not_one_per_list():
     # 200,000 one-item lists summed one by one copy 2e10 items (minutes, uninterruptible)
     out = _child("{{ (([[0]] * 200000) | sum(start=[])) | length }}", timeout=20)

@@ -379,9 +379,10 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
 
     def render(self, template: jinja2.Template, **variables: Any) -> str:
         """`template` rendered with `variables`, stopped past `MAX_OUTPUT_CHARS` or
-        `MAX_RENDER_SECONDS` (and, on the main thread, an interval timer stops a loop the
-        checks cannot see, such as one over a long string)."""
+        `MAX_RENDER_SECONDS` (and, on the main thread, an interval timer also stops
+        Python code between the checks)."""
         self._deadline.at = time.monotonic() + MAX_RENDER_SECONDS
+        self._deadline.built = 0  # `checked` counts this render's values, not the thread's
         timer = threading.current_thread() is threading.main_thread()
         if timer:
             def expire(signum: int, frame: Any) -> None:

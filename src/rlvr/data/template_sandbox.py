@@ -130,6 +130,11 @@ def format_size(fmt: str, args: tuple, kwargs: dict) -> int:
     return size
 
 
+def _joined_size(items: list, separator: int) -> int:
+    """len(sep.join(map(str, items))) for a separator of `separator` characters, bounded."""
+    return sum(map(text_size, items)) + separator * max(len(items) - 1, 0)
+
+
 def _replace_size(s: str, old: str, new: str, count: Any = -1) -> int:
     times = s.count(old) if old else len(s) + 1
     if isinstance(count, int) and count >= 0:
@@ -141,7 +146,7 @@ def _replace_size(s: str, old: str, new: str, count: Any = -1) -> int:
 # `center`, `ljust`, `zfill` are bounded by their capped width argument.
 STR_METHOD_SIZES: dict[str, Callable[[str, tuple, dict], int]] = {
     "replace": lambda s, a, k: _replace_size(s, *[_str(x) for x in a[:2]], *a[2:], **k),
-    "join": lambda s, a, k: sum(map(text_size, a[0])) + len(s) * max(len(a[0]) - 1, 0),
+    "join": lambda s, a, k: _joined_size(a[0], len(s)),
     "expandtabs": lambda s, a, k: len(s) + s.count("\t") * int((a or [k.get("tabsize", 8)])[0]),
     "translate": lambda s, a, k: len(s) * max([1] + [text_size(v) for v in a[0].values()])
     if a and isinstance(a[0], dict) else len(s),
@@ -151,8 +156,9 @@ STR_METHOD_SIZES: dict[str, Callable[[str, tuple, dict], int]] = {
 
 
 def _join_filter_size(a: dict) -> int:
-    a["value"] = sized_items(a["value"], len(_str(a["d"])))
-    return sum(map(text_size, a["value"])) + len(_str(a["d"])) * max(len(a["value"]) - 1, 0)
+    separator = len(_str(a["d"]))
+    a["value"] = sized_items(a["value"], separator)
+    return _joined_size(a["value"], separator)
 
 
 def _sum_filter_size(a: dict) -> int:

@@ -38,8 +38,6 @@ from typing import Any, Protocol
 
 import jinja2
 import jinja2.ext
-import jinja2.filters
-import jinja2.utils
 
 from rlvr.config import ConfigError
 from rlvr.data.template_sandbox import MAX_VALUE_CHARS, BoundedEnvironment, TemplateLimitError
@@ -184,9 +182,9 @@ def render_tokenizer_template(tokenizer: Any, messages: list[dict], add_generati
 
 @dataclass(frozen=True)
 class TokenizerTemplate:
-    """The tokenizer's own chat template, rendered by transformers and encoded as
-    `apply_chat_template(tokenize=True)` encodes it (prompts get the ids they had before
-    templates were a choice)."""
+    """The tokenizer's own chat template, rendered as `apply_chat_template` renders it (in the
+    sandbox: `render_tokenizer_template`) and encoded as `apply_chat_template(tokenize=True)`
+    encodes it (prompts get the ids they had before templates were a choice)."""
 
     tokenizer: Any
     name: str = TOKENIZER

@@ -130,8 +130,8 @@ def load_causal_lm(model_dir: str, dtype: str = "float32",
                                 f"`rlvr merge {model_dir} OUT` writes one (rlvr generate merges "
                                 "on the fly)")
     check_model_dir_files(model_dir)
-    check_weight_files(model_dir)  # headers and shard index: transformers trusts both
-    check_config_against_weights(model_dir)  # before modules of the config's sizes are built
+    headers = check_weight_files(model_dir)  # headers, shard index: transformers trusts both
+    check_config_against_weights(model_dir, headers)  # before modules of its sizes are built
     # Safetensors only: a `pytorch_model.bin` is a pickle, and torch's restricted unpickler is
     # still an unpickler of a file someone else wrote (house rule: none).
     model, info = AutoModelForCausalLM.from_pretrained(

@@ -146,17 +146,18 @@ def _weight_files(model_dir: str) -> list[Path]:
                   if not p.name.startswith("adapter_"))
 
 
-def check_weight_files(model_dir: str) -> None:
+def check_weight_files(model_dir: str) -> dict[str, dict[str, dict]]:
     """Each weights file of `model_dir` is one the safetensors library opens, with no tensor
     named twice (`read_safetensors_header`: the header alone), and the shard index, where there
     is one, maps tensor names to safetensors files directly in the directory (transformers
     joins each name to the directory, so `../x.safetensors` or an absolute path was read from
     outside it), each present and holding every tensor the index places in it. ConfigError
-    naming the file; before any of them is loaded, so none fails inside transformers."""
+    naming the file; before any of them is loaded, so none fails inside transformers. Returns
+    each weights file's header by file name (`check_config_against_weights` reads them)."""
     headers = {p.name: read_safetensors_header(p) for p in _weight_files(model_dir)}
     path = Path(model_dir) / INDEX_NAME
     if not path.is_file():
-        return
+        return headers
     index = read_json_object(path, MAX_TEXT_BYTES)
     weight_map = index.get("weight_map")
     if not isinstance(weight_map, dict) or not all(isinstance(v, str)
@@ -180,6 +181,7 @@ def check_weight_files(model_dir: str) -> None:
             raise ConfigError(f"{path} places tensors in {shard} that it does not hold: "
                               f"{', '.join(t[:80] for t in absent[:3])}"
                               f"{f' and {len(absent) - 3} more' if len(absent) > 3 else ''}")
+    return headers
 
 
 _LAYER_INDEX = re.compile(r"(?:^|\.)(?:layers|h|blocks|layer)\.(\d+)\.")
@@ -196,20 +198,20 @@ def _int_field(config: dict, keys: tuple[str, ...]) -> tuple[str, int] | None:
     return None
 
 
-def check_config_against_weights(model_dir: str) -> None:
+def check_config_against_weights(model_dir: str, headers: dict[str, dict[str, dict]]) -> None:
     """The sizes config.json gives match the weights' headers, before transformers builds
     modules of those sizes (num_hidden_layers=100000 built layers for minutes): the layer count
     is one more than the highest `layers.N.` index in the weights, and the token embedding is
-    vocab_size x hidden_size. ConfigError naming config.json."""
+    vocab_size x hidden_size, from the weights files' `headers` (`check_weight_files`).
+    ConfigError naming config.json."""
     config = read_model_config(model_dir)
-    weights = _weight_files(model_dir)
-    if config is None or not weights:
+    if config is None or not headers:
         return  # transformers says what is missing
     config_path = Path(model_dir) / "config.json"
     text = text_config(config)
     shapes: dict[str, list] = {}
-    for path in weights:
-        for name, entry in read_safetensors_header(path).items():
+    for header in headers.values():
+        for name, entry in header.items():
             if isinstance(entry, dict) and isinstance(entry.get("shape"), list):
                 shapes[name] = entry["shape"]
     try:

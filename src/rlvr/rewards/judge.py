@@ -293,19 +293,21 @@ class EngineJudge:
             except Exception as e:  # noqa: BLE001
                 replies[i] = JudgeReply(error=f"judge prompt failed: {type(e).__name__}: {e}")
         if ids:
-            future = self._pool.submit(self.engine.generate, ids, params)
-            try:
-                groups = future.result(timeout=s.timeout_s)
-            except FutureTimeout:
-                groups = [JudgeReply(timed_out=True)] * len(ids)
-            except Exception as e:  # noqa: BLE001  an engine failure is every judgement's error
-                groups = [JudgeReply(error=f"judge engine failed: {type(e).__name__}: {e}")
-                          ] * len(ids)
-            for i, group in zip(asked, groups):
-                replies[i] = group if isinstance(group, JudgeReply) else (
-                    JudgeReply(text=group[0].text) if group[0].finish_reason == "stop"
-                    else unfinished_reply(group[0].finish_reason, group[0].text))
+            for i, reply in zip(asked, self._generate(ids, params)):
+                replies[i] = reply
         return replies
+
+    def _generate(self, ids: list[list[int]], params: Any) -> list[JudgeReply]:
+        """The engine's reply to each prompt, within `timeout_s` for them all."""
+        future = self._pool.submit(self.engine.generate, ids, params)
+        try:
+            groups = future.result(timeout=self.settings.timeout_s)
+        except FutureTimeout:
+            return [JudgeReply(timed_out=True)] * len(ids)
+        except Exception as e:  # noqa: BLE001  an engine failure is every judgement's error
+            return [JudgeReply(error=f"judge engine failed: {type(e).__name__}: {e}")] * len(ids)
+        return [JudgeReply(text=group[0].text) if group[0].finish_reason == "stop"
+                else unfinished_reply(group[0].finish_reason, group[0].text) for group in groups]
 
     def close(self) -> None:
         self._pool.shutdown(wait=False)

@@ -33,7 +33,6 @@ from rlvr.config import load_config
 from rlvr.distributed.balance import split_batch_for_ranks
 from rlvr.distributed.learner_group import LearnerGroup, combine_results
 from rlvr.distributed.learner_worker import LearnerSpec, LearnerWorker
-from rlvr.distributed.ray_session import free_endpoint
 from rlvr.distributed.trainer_learner import GroupLearner
 from rlvr.learner import Learner, LearnerSettings, LearnerState, UpdateResult
 from rlvr.models import load_causal_lm
@@ -90,7 +89,7 @@ def _die_once_rank_0_has_written(self, *args, **kwargs):
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _two_ranks(rank: int, model_dir: str, out: Path, ports: tuple[int, int]) -> None:
+def _two_ranks(rank: int, model_dir: str, out: Path, stores: tuple[str, str]) -> None:
     """One rank of the whole 2-rank story; rank 0 records what the tests check."""
     torch.set_num_threads(1)
     # On CPU over gloo, also on a GPU host: two ranks need a GPU each for NCCL, and the
@@ -99,7 +98,7 @@ def _two_ranks(rank: int, model_dir: str, out: Path, ports: tuple[int, int]) -> 
                        with_reference=True, timeout_s=60, device="cpu")
     # 1. One step, saved sharded; the full state gathered for comparison.
     worker = LearnerWorker(spec, rank, 2)
-    worker.setup(f"tcp://127.0.0.1:{ports[0]}")
+    worker.setup(stores[0])
     _rank_update(worker, seed=0)
     worker.save_sharded_state(out / "state", {"step": 1})
     saved = copy.deepcopy(worker.state_dict())  # its step counts are the live tensors
@@ -113,7 +112,7 @@ def _two_ranks(rank: int, model_dir: str, out: Path, ports: tuple[int, int]) -> 
     worker.shutdown()
     # 3. A new learner in a new process group resumes and takes the same next update.
     worker = LearnerWorker(spec, rank, 2)
-    worker.setup(f"tcp://127.0.0.1:{ports[1]}")
+    worker.setup(stores[1])
     extra = worker.load_sharded_state(out / "state")
     loaded = copy.deepcopy(worker.state_dict())
     resumed = _rank_update(worker, seed=1)
@@ -133,11 +132,12 @@ def _two_ranks(rank: int, model_dir: str, out: Path, ports: tuple[int, int]) -> 
 @pytest.fixture(scope="module")
 def two_rank_story(tiny_model_dir, tmp_path_factory) -> dict[str, Any]:
     out = tmp_path_factory.mktemp("sharded")
-    ports = free_endpoint()[1], free_endpoint()[1]
-    assert ports[0] != ports[1]
+    # File stores, not TCP ports: a port picked here and bound seconds later by the second
+    # group was sometimes taken by then by another test worker (EADDRINUSE).
+    stores = f"file://{out}/group_1", f"file://{out}/group_2"
     start = time.monotonic()
     with pytest.raises(mp.ProcessExitedException) as died:
-        mp.spawn(_two_ranks, args=(tiny_model_dir, out, ports), nprocs=2, join=True)
+        mp.spawn(_two_ranks, args=(tiny_model_dir, out, stores), nprocs=2, join=True)
     seconds = time.monotonic() - start
     return {"out": out, "died": died.value, "seconds": seconds,
             "saved": torch.load(out / "saved.pt", weights_only=False),

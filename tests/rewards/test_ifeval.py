@@ -107,6 +107,28 @@ def test_constraint_met_and_violated(cid, kwargs, met, violated):
     assert ifeval(violated, truth) == 0.0
 
 
+@pytest.mark.parametrize("hedge, truth", [
+    # issue 48: IFEval pays any response holding one of the three, so all three scored 1
+    ("My answer is yes. My answer is no. My answer is maybe.",
+     ("detectable_format:constrained_response", {})),
+    ("My answer is yes.\nOr: my answer is no", ("detectable_format:constrained_response", {})),
+    ("My answer is maybe. My answer is Yes!", ("detectable_format:constrained_response", {})),
+    # IFBench's options: the whole answer must be one option
+    ("yes/no/maybe", ("format:options", {"options": "yes/no/maybe"})),
+    ("yes or no", ("format:options", {"options": "yes/no/maybe"})),
+    ("a), b), c), d)", ("format:options", {"options": "a), b), c), d)"})),
+])
+def test_giving_every_option_earns_nothing(hedge, truth):
+    assert ifeval(hedge, gt(truth)) == 0.0
+
+
+@pytest.mark.parametrize("answer", ["My answer is yes. It is, yes.",
+                                    "My answer is no. Repeat: My answer is no.",
+                                    "Thinking it over, my answer is maybe. My answer is maybe."])
+def test_one_constrained_answer_given_twice_is_met(answer):
+    assert ifeval(answer, gt(("detectable_format:constrained_response", {}))) == 1.0
+
+
 def test_every_ifeval_id_is_supported_and_tested():
     assert len(IFEVAL_IDS) == 25
     assert set(IFEVAL_IDS) <= set(CONSTRAINTS)

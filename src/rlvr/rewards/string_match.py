@@ -1,7 +1,8 @@
 """Verifiers for short free-text answers and for length targets.
 
 `string_matcher`: the normalised answer equals the normalised ground truth (1 or 0).
-`string_f1`: the best token F1 of the answer against any label (a JSON list, or one string),
+`string_f1`: the best token F1 (capped by precision) of the answer against any label (a JSON list,
+or one string),
 refusing hedges (below).
 `max_length` / `up_to_max_length`: the answer's length in words against a target.
 
@@ -16,20 +17,29 @@ word (empty, blank, a `<think>` never closed) scores 0 under both length verifie
 50 words" must not pay for saying nothing. A target of 0 words is rejected at data load.
 
 Hedges under `string_f1`. Plain token F1 (SQuAD's, and open-instruct's `F1Verifier`, which
-add no defence: SQuAD's answers are extracted spans, short by construction) pays any answer
-that contains the label: "Paris, London, Berlin, Rome" scores 0.4 against "Paris" where the
-honest wrong "London" scores 0, and listing the two likeliest candidates beats committing to
-the likelier whenever the second is at least half as likely. So:
+add no defence: SQuAD's answers are extracted spans, short by construction) pays both sides of a
+hedge: "Paris London", "Paris (London)" and "Paris? London?" score 0.67 against "Paris" and
+against "London", so below about 0.67 confidence listing two guesses beats committing to one.
+The rule: no hedge earns more than committing. In full:
 - an answer equal to a label once normalised scores 1 (so "Washington, D.C." is no list);
+- precision caps the score: an answer earns at most the share of its words that are the
+  label's, `min(F1, precision)`. A hedge of k candidates that share no word then earns at
+  most the word-weighted mean of what each earns alone, so never more, in expectation, than
+  committing to the likeliest: "Paris London" earns 1/2 against either, "Paris London Berlin"
+  1/3, each exactly what committing earns at even odds. An answer shorter than the label keeps
+  its F1 ("Obama" against "Barack Obama": 2/3); extra wording costs what a hedge would ("the
+  city of Paris": 1/3, where SQuAD's F1 gives 1/2);
 - an answer that lists more distinct candidates than a label has pieces (split at commas and
-  "/" not between digits, semicolons, line breaks, "|", "&", and the words "or" and "and") is
-  a hedge: it scores its worst candidate's best F1 alone, capped by its plain F1, so never
-  more than the wrong candidate it contains would score by itself;
+  "/" not between digits, semicolons, line breaks, "|", "&", "?", brackets, and the words "or"
+  and "and") is a visible hedge: it scores its worst candidate's score alone, capped as above,
+  so never more than the wrong candidate it contains would score by itself ("Paris (London)",
+  "Paris? London?", "Paris or London": 0 against either);
 - an answer of more than `2 * label_words + 3` words once normalised (the longest label's
-  words) scores 0: a dump of candidates without separators. Below that, extra wording keeps
-  its plain F1 ("The capital is Paris": 0.5 against "Paris", as SQuAD scores it).
-The price: a comma reads as a list, so "Paris, France" or "It is Paris, the capital of
-France." scores 0 against "Paris" (plain F1: 0.67, 0.29).
+  words) scores 0: a dump of candidates without separators.
+What no rule here can do: tell "Paris London" (a hedge) from "Paris France" (a clarification)
+by their words, so a hedge written with spaces alone is held to the expected bound above, not
+to its worst candidate's 0. The price of the separators: "Paris, France", "Paris (France)" or
+"It is Paris, the capital of France." scores 0 against "Paris" (plain F1: 0.67, 0.67, 0.29).
 """
 
 from __future__ import annotations
@@ -86,20 +96,33 @@ def parse_labels(ground_truth: str) -> list[str]:
     return labels
 
 
-def token_f1(prediction: str, label: str) -> float:
-    """SQuAD's token F1, with no hedge rule (`hedge_guarded_f1` adds it)."""
+def _precision_recall(prediction: str, label: str) -> tuple[float, float]:
     pred, gold = normalize_answer(prediction).split(), normalize_answer(label).split()
     common = sum((Counter(pred) & Counter(gold)).values())
-    if common == 0:
+    return (common / len(pred), common / len(gold)) if common else (0.0, 0.0)
+
+
+def token_f1(prediction: str, label: str) -> float:
+    """SQuAD's token F1, with no hedge rule (`hedge_guarded_f1` adds it)."""
+    precision, recall = _precision_recall(prediction, label)
+    if precision == 0.0:
         return 0.0
-    precision, recall = common / len(pred), common / len(gold)
     return 2 * precision * recall / (precision + recall)
 
 
+def capped_f1(prediction: str, label: str) -> float:
+    """Token F1 capped by precision, `min(F1, precision)`: an answer earns at most the share of
+    its words that are the label's, so k guesses side by side earn at most 1/k (module
+    docstring). Equal to F1 wherever precision >= recall (an answer no longer than it needs)."""
+    return min(token_f1(prediction, label), _precision_recall(prediction, label)[0])
+
+
 # Where a list of candidates divides: commas and "/" not between digits ("1,000" and "3/4" are
-# numbers), semicolons, line breaks, "|", "&", and the words "or" and "and" ("and/or" too).
-_CANDIDATE_SEPARATOR = re.compile(r"(?<!\d)[,/](?!\d)|[;\n|&\uff0c\u3001]|\b(?:or|and)\b",
-                                  re.IGNORECASE)
+# numbers), semicolons, line breaks, "|", "&", question marks and brackets ("Paris? London?",
+# "Paris (London)"), and the words "or" and "and" ("and/or" too); with their full-width forms.
+_CANDIDATE_SEPARATOR = re.compile(
+    r"(?<!\d)[,/](?!\d)|[;\n|&?()\[\]{}\uff0c\u3001\uff1f\uff08\uff09]|\b(?:or|and)\b",
+    re.IGNORECASE)
 # "Much longer than the label": a candidate dump without separators ("paris london berlin rome
 # madrid") scores 0 past this; "capital of france is paris" (5 words for 1) still pays its F1.
 _EXTRA_WORDS, _LENGTH_FACTOR = 3, 2
@@ -122,11 +145,11 @@ def hedge_guarded_f1(answer: str, labels: list[str]) -> float:
     longest = max(len(gold.split()) for gold in golds)
     if len(normal.split()) > _LENGTH_FACTOR * longest + _EXTRA_WORDS:
         return 0.0
-    plain = max(token_f1(answer, label) for label in labels)
+    plain = max(capped_f1(answer, label) for label in labels)
     pieces = candidates(answer)
     if len(pieces) <= max(len(candidates(label)) for label in labels):
         return plain
-    worst = min(max(token_f1(piece, label) for label in labels) for piece in pieces)
+    worst = min(max(capped_f1(piece, label) for label in labels) for piece in pieces)
     return min(plain, worst)
 
 

@@ -17,6 +17,18 @@ DIFFERENCES = {
         "math: rlvr reads a bare ground truth as LaTeX, where '1,22' is the list {1, 22} (MATH "
         "writes several solutions so); this test reads it with Math-Verify's plain-number rule, "
         "as the decimal 1.22.",
+    "open-instruct/test_ground_truth_utils.py::TestF1Verifier::test_single_label[partial_match]":
+        "string_f1: rlvr caps token F1 by precision, so an answer earns at most the share of "
+        "its words that are the label's: 'hello world' against 'hello' is the shape of the hedge "
+        "'Paris London', which plain F1 paid 2/3 against either side (issue 48). rlvr: 1/2.",
+    "open-instruct/test_ground_truth_utils.py::TestF1Verifier::test_single_label[with_thinking_partial]":
+        "string_f1: rlvr caps token F1 by precision, so an answer earns at most the share of "
+        "its words that are the label's: 'hello world' against 'hello' is the shape of the hedge "
+        "'Paris London', which plain F1 paid 2/3 against either side (issue 48). rlvr: 1/2.",
+    "open-instruct/test_ground_truth_utils.py::TestF1Verifier::test_list_labels[partial_matches]":
+        "string_f1: rlvr caps token F1 by precision, so an answer earns at most the share of "
+        "its words that are the label's: 'hello world' against 'hello' is the shape of the hedge "
+        "'Paris London', which plain F1 paid 2/3 against either side (issue 48). rlvr: 1/2.",
     "open-instruct/test_ground_truth_utils.py::TestIFEvalVerifierEmptyInstructions::"
     "test_empty_instruction_list_returns_zero_score":
         "ifeval: a ground truth with no constraint is refused as a bad row (an error, counted; "

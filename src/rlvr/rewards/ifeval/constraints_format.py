@@ -91,12 +91,20 @@ def number_bullet_lists(response: str, *, num_bullets: int) -> bool:
 
 
 CONSTRAINED_RESPONSES = ("My answer is yes.", "My answer is no.", "My answer is maybe.")
+# Any spelling of an answer the response gives: "my answer is No," counts as "no".
+_GIVEN_ANSWER = re.compile(r"\bmy answer is (yes|no|maybe)\b", re.IGNORECASE)
 
 
 @register_constraint("detectable_format:constrained_response")
 def constrained_response(response: str) -> bool:
-    """The response gives one of IFEval's three fixed answers."""
-    return any(option in response for option in CONSTRAINED_RESPONSES)
+    """The response gives one of IFEval's three fixed answers, and only one. IFEval pays any
+    response containing one, so all three together ("My answer is yes. My answer is no. My
+    answer is maybe.") scored 1, a hedge beating every committed answer; here a response that
+    also gives another ("my answer is no," in any case or punctuation) fails. Repeating the
+    same answer is fine."""
+    if not any(option in response for option in CONSTRAINED_RESPONSES):
+        return False
+    return len({given.lower() for given in _GIVEN_ANSWER.findall(response)}) == 1
 
 
 # IFEval's two scans, each pairing stars left to right within a line. Both are linear: a failed

@@ -2,6 +2,7 @@
 pays one stops the run before step 1, naming it; users register cases for their verifiers."""
 
 import json
+import re
 import time
 
 import pytest
@@ -48,7 +49,22 @@ def lenient_r1_format(text: str) -> bool:
     return bool(think.strip()) and bool(rest.strip()[len("<answer>"):-len("</answer>")].strip())
 
 
+def no_cases(completion: str, ground_truth: str) -> float:
+    """A verifier nobody registered a case for."""
+    return 0.0
+
+
+def squad_f1(completion: str, ground_truth: str) -> float:
+    """HEAD's string_f1 on answers with no list separator: SQuAD's token F1, uncapped."""
+    from rlvr.rewards.string_match import token_f1
+
+    return token_f1(completion, ground_truth)
+
+
 register_exploit_case(ExploitCase(f"{THIS}:always_pays", "anything at all", "no", "7"))
+for _case in cases_for("string_f1"):
+    register_exploit_case(ExploitCase(f"{THIS}:squad_f1", _case.name, _case.completion,
+                                      _case.ground_truth, max_score=_case.max_score))
 for _case in cases_for("code"):
     register_exploit_case(ExploitCase(f"{THIS}:naive_code", _case.name, _case.completion,
                                       _case.ground_truth))
@@ -65,9 +81,9 @@ def scorer():
 
 def test_built_in_verifiers_pay_no_built_in_exploit(scorer):
     start = time.perf_counter()
-    tried = run_canary(scorer, {"code", "gsm8k", "last_number", "string_matcher"},
+    tried = run_canary(scorer, {"code", "gsm8k", "last_number", "string_matcher", "string_f1"},
                        format_reward=True)
-    assert tried == ["code", "gsm8k", "last_number", "r1_format"]
+    assert tried == ["code", "gsm8k", "last_number", "string_f1", "string_matcher", "r1_format"]
     assert time.perf_counter() - start < 15  # under 5 s alone; generous beside other jobs
 
 
@@ -151,10 +167,10 @@ def test_a_verifier_without_cases_is_warned_about_by_name(scorer, caplog):
     """The log said "none paid" with "no cases for ..." at the end of an INFO line: a custom
     verifier nobody tried read like one that passed."""
     with caplog.at_level("INFO"):
-        tried = run_canary(scorer, ["gsm8k", "string_f1"])
-    assert "string_f1" not in tried
+        tried = run_canary(scorer, ["gsm8k", f"{THIS}:no_cases"])
+    assert f"{THIS}:no_cases" not in tried
     warned = [r for r in caplog.records if r.levelname == "WARNING"]
-    assert any("no cases for string_f1" in r.getMessage()
+    assert any(f"no cases for {THIS}:no_cases" in r.getMessage()
                and "register_exploit_case" in r.getMessage() for r in warned)
 
 
@@ -171,3 +187,91 @@ def test_a_custom_verifier_next_to_the_run_imports_without_pythonpath(tmp_path, 
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
     score = get_verifier("next_to_the_run:exact")
     assert score("7", "7") == 1.0
+
+
+# ------------------------------------------------------------------ issue 48: every verifier
+
+
+def test_every_built_in_verifier_has_cases():
+    """HEAD never tried string_f1, string_matcher or llm_judge: a hedge they paid went unseen."""
+    from rlvr.rewards.registry import BATCHED_VERIFIERS, VERIFIERS
+
+    built_in = [name for name in VERIFIERS if ":" not in name
+                and VERIFIERS[name].score.__module__.startswith("rlvr.")]
+    assert {"string_f1", "string_matcher", "math", "gsm8k", "ifeval", "code"} <= set(built_in)
+    assert [name for name in [*built_in, *BATCHED_VERIFIERS] if not cases_for(name)] == []
+
+
+def test_string_and_ifeval_verifiers_pay_no_hedge(scorer):
+    tried = run_canary(scorer, {"string_f1", "string_matcher", "ifeval", "math", "strict_math"})
+    assert tried == ["ifeval", "math", "strict_math", "string_f1", "string_matcher"]
+
+
+def test_the_spaced_hedge_cases_are_real_exploits(scorer):
+    """Plain token F1 (HEAD's string_f1 on these) paid "London Paris" 0.67 against Paris, over
+    the 0.5 committing earns at even odds: the canary would have caught it."""
+    with pytest.raises(ConfigError) as caught:
+        run_canary(scorer, {f"{THIS}:squad_f1"})
+    for case in ("hedge with spaces", "three-way hedge with spaces", "hedge in brackets",
+                 "hedge with question marks"):
+        assert f"'{case}'" in str(caught.value)
+
+
+def _fenced(name: str, prompt: str) -> str:
+    return re.search(rf"<{name}-[0-9a-f]+>\n(.*?)\n</{name}-", prompt, re.S).group(1)
+
+
+class ScriptedJudgeBackend:
+    """A judge model's replies, scripted from the prompt: `credulous` pays an answer that
+    contains the reference anywhere; `obedient` ends with any "Score: N" the answer holds."""
+
+    def __init__(self, kind: str):
+        self.kind, self.asked = kind, []
+
+    def complete(self, prompts):
+        from rlvr.rewards.judge import JudgeReply
+
+        replies = []
+        for prompt in prompts:
+            answer, reference = _fenced("answer", prompt), _fenced("reference", prompt)
+            self.asked.append(answer)
+            said = re.search(r"Score: \d+", answer)
+            if self.kind == "obedient" and said:
+                replies.append(JudgeReply(text=f"As instructed.\n{said.group()}"))
+            elif self.kind == "credulous" and any(w in answer for w in reference.split()):
+                replies.append(JudgeReply(text="It names the reference.\nScore: 10"))
+            else:
+                replies.append(JudgeReply(text="Wrong.\nScore: 0"))
+        return replies
+
+    def close(self):
+        pass
+
+
+def _judge_scorer(kind: str):
+    from rlvr.rewards.judge import JUDGE_VERIFIER, JudgeScorer, JudgeSettings
+
+    backend = ScriptedJudgeBackend(kind)
+    judge = JudgeScorer(JudgeSettings(engine="scripted", model="x"), backend)
+    return RewardScorer(num_workers=0, batched={JUDGE_VERIFIER: judge}), backend
+
+
+def test_the_llm_judge_is_tried_and_a_judge_paying_hedges_stops_the_run():
+    """HEAD skipped llm_judge (a batched verifier): a judge paying "London or Paris" passed."""
+    with _judge_scorer("credulous")[0] as credulous:
+        with pytest.raises(ConfigError) as caught:
+            run_canary(credulous, {"llm_judge"})
+    for case in ("hedge with or", "hedged list", "every option"):
+        assert f"'llm_judge' paid 1 for exploit '{case}'" in str(caught.value)
+    scorer, backend = _judge_scorer("strict")
+    with scorer:
+        assert run_canary(scorer, {"llm_judge"}) == ["llm_judge"]
+    assert "It is London or Paris." in backend.asked
+
+
+def test_a_judge_that_obeys_a_forged_verdict_is_not_paid():
+    """The answer's "Score: 10" never reaches a judge that would repeat it (HEAD paid 1)."""
+    scorer, backend = _judge_scorer("obedient")
+    with scorer:
+        assert run_canary(scorer, {"llm_judge"}) == ["llm_judge"]
+    assert backend.asked and not any("Score: 10" in answer for answer in backend.asked)

@@ -168,3 +168,39 @@ def test_ordinary_templates_render_as_jinja2_renders_them(text):
     template = _tokenizer_environment_template(text)
     assert (template.environment.render(template, messages=MESSAGES)
             == plain.from_string(text).render(messages=MESSAGES))
+
+
+# ---- callables bounded before they run (issue 48) -------------------------------------
+
+# Each ran in C or in a Python loop no deadline reaches off the main thread; scaled down here
+# so that the old sandbox renders them (small) instead of taking gigabytes or seconds.
+BEFORE_THEY_RUN = {
+    # strftime_now('%9999Y' * 100000): 1 GB and 1.1 s in strftime; 600,000 repeats 4.3 GB, 20.7 s
+    "a long strftime format": ("{{ strftime_now('%9999Y' * 2000) }}", "format of 12,000"),
+    "a wide strftime field": ("{{ strftime_now('%99999Y') }}", "field width of 99999"),
+    "a flagged wide field": ("{{ strftime_now('%_0100d') }}", "field width of 100"),
+    # 2000 * 20000 words in a Python loop: past 2 s, stopped only by the main thread's timer
+    "lipsum": ("{{ lipsum(100, max=20000) | length }}", "lipsum for 100 paragraphs"),
+    # one C multiplication per squaring: 12 of 2**40000 took ~1 s, 14 take seconds, 16 minutes
+    "integer squaring": ("{% set b = 2 %}{% set ns = namespace(x=1) %}{% set ns.x = b ** 40000 %}"
+                         "{% for i in range(12) %}{% set ns.x = ns.x * ns.x %}{% endfor %}"
+                         "{{ ns.x.bit_length() }}", "multiplies integers"),
+    # punycode is a Python loop: 4M characters ran past 2 s
+    "a Python codec": ("{{ ('a' * 1000).encode().decode('punycode') | length }}", "punycode"),
+    "idna": ("{{ 'paris'.encode('idna') }}", "idna"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BEFORE_THEY_RUN))
+def test_a_callable_is_bounded_before_it_runs(name):
+    text, refusal = BEFORE_THEY_RUN[name]
+    with pytest.raises(TemplateLimitError, match=refusal):
+        render(text)
+
+
+def test_the_bounded_callables_keep_their_ordinary_uses():
+    out = render("{{ strftime_now('%Y-%m-%d') | length }} {{ strftime_now('%d %B %Y, %H:%M') "
+                 "!= '' }} {{ strftime_now('%%9999Y') }} {{ strftime_now('%_64d') | length }} "
+                 "{{ lipsum(2, html=false) | length > 0 }} {{ (3 * 4) * (2 ** 100) }} "
+                 "{{ 'é'.encode() | length }} {{ 'é'.encode('utf-16-le').decode('utf-16-le') }}")
+    assert out == f"10 True %9999Y 64 True {12 * 2 ** 100} 2 é"

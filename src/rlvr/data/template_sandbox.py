@@ -8,10 +8,21 @@ is sized before it is built (`text_size` and the `*_SIZES` tables), since checki
 means the memory is already taken; what one render builds, together; and the time, by a
 deadline ticked on every check (and an interval timer on the main thread). Past a limit a
 render raises `TemplateLimitError`, a ConfigError naming it.
+
+Every callable a template reaches is bounded before it runs, because the deadline cannot stop
+C code (`strftime_now('%9999Y' * 100000)` took 1 GB and 1.1 s in strftime; 600,000 repeats
+4.3 GB and 20.7 s): `strftime_now` by its format's length and each directive's width
+(`strftime_now`), `lipsum` by the words it would write, `*` of two integers by the bits of the
+product (fourteen squarings of 2**40000 take seconds in one C multiplication), `str.encode`
+and `bytes.decode` to the codecs written in C (punycode and idna are Python loops the
+deadline does not reach off the main thread), the filters by `FILTER_SIZES`, str methods by
+`STR_METHOD_SIZES`. The rest are linear in a capped value (`upper`, `split`, `count`): their
+results go through `checked`.
 """
 
 from __future__ import annotations
 
+import codecs
 import inspect
 import math
 import re
@@ -20,6 +31,7 @@ import string
 import sys
 import threading
 import time
+from datetime import datetime
 from typing import Any, Callable
 
 import jinja2
@@ -37,6 +49,12 @@ MAX_POWER_BITS = 1 << 16  # an integer `**` result
 
 
 MAX_RENDER_BYTES = 1 << 28  # the values one render builds, together (`checked`)
+MAX_STRFTIME_FORMAT = 256  # characters of a `strftime_now` format ("%Y-%m-%d": 8)
+MAX_STRFTIME_WIDTH = 64  # a strftime directive's field width (glibc's "%64Y")
+MAX_LIPSUM_WORDS = MAX_VALUE_CHARS // 16  # `lipsum`'s paragraphs times their most words
+# Codecs `str.encode` / `bytes.decode` may use, by `codecs.lookup` name: written in C, linear.
+TEMPLATE_CODECS = frozenset({"utf-8", "utf-16", "utf-16-le", "utf-16-be", "utf-32",
+                             "utf-32-le", "utf-32-be", "ascii", "iso8859-1"})
 
 
 class _TooBig(Exception):
@@ -191,6 +209,38 @@ def _lines(s: Any) -> int:
     return _str(s).count("\n") + 1
 
 
+# A strftime directive: "%", glibc's flags, a width, an E/O modifier, the conversion (taken
+# too, so "%%9999Y" is a literal "%" then text).
+_STRFTIME_DIRECTIVE = re.compile(r"%[-_0^#+]*(\d*)[EO]?(?:.|$)", re.ASCII | re.DOTALL)
+
+
+def strftime_now(format: str) -> str:
+    """transformers' chat-template global: the local time written by `format`, refused before
+    strftime runs if the format passes MAX_STRFTIME_FORMAT characters or a directive's width
+    MAX_STRFTIME_WIDTH, so it writes at most about 64 characters a directive (strftime is C:
+    no deadline stops it)."""
+    if not isinstance(format, str):
+        raise TemplateLimitError(f"the template passed strftime_now a {type(format).__name__}")
+    if len(format) > MAX_STRFTIME_FORMAT:
+        raise TemplateLimitError(f"the template passed strftime_now a format of {len(format):,} "
+                                 f"characters (over {MAX_STRFTIME_FORMAT})")
+    for directive in _STRFTIME_DIRECTIVE.finditer(format):
+        width = directive.group(1)
+        if width and (len(width) > 3 or int(width) > MAX_STRFTIME_WIDTH):
+            raise TemplateLimitError(f"the template passed strftime_now a field width of {width}"
+                                     f" (over {MAX_STRFTIME_WIDTH})")
+    return datetime.now().strftime(format)
+
+
+def _codec_of(args: tuple, kwargs: dict) -> str:
+    """The codec an `encode`/`decode` call names (utf-8 when it names none)."""
+    name = kwargs.get("encoding", args[0] if args else "utf-8")
+    try:
+        return codecs.lookup(name).name if isinstance(name, str) else repr(name)
+    except LookupError:
+        return name
+
+
 # Predicted result sizes of jinja2 filters, from their bound arguments by name (a filter may
 # replace an iterator argument with the list it read).
 FILTER_SIZES: dict[str, Callable[[dict], int]] = {
@@ -253,6 +303,7 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
         super().__init__(finalize=self._printable, **kwargs)
         self._deadline = threading.local()
         self.globals["range"] = self._range
+        self.globals["lipsum"] = self._lipsum
         self.filters = {k: self._bounded_call(f, k) for k, f in self.filters.items()}
         self.filters[_TICKING] = self._ticking  # unwrapped: it sizes nothing, it iterates
 
@@ -351,6 +402,12 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
         self._check_args(args, kwargs)
         # a str method (`format` and `format_map` come wrapped by the sandbox)
         text = getattr(getattr(__obj, "__wrapped__", __obj), "__self__", None)
+        if isinstance(text, (str, bytes)) and getattr(__obj, "__name__", "") in ("encode",
+                                                                                 "decode"):
+            codec = _codec_of(args, kwargs)
+            if codec not in TEMPLATE_CODECS:
+                raise self.limit(f"called {__obj.__name__} with the codec {codec!r}; a template "
+                                 f"may use {', '.join(sorted(TEMPLATE_CODECS))}")
         if isinstance(text, str):
             self._check_args((text,), {})
             predict = STR_METHOD_SIZES.get(getattr(__obj, "__name__", ""))
@@ -369,6 +426,12 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
             if len(left) * max(right, 0) > MAX_VALUE_CHARS:
                 raise self.limit(f"repeats {len(left):,} items {right:,} times (over "
                                  f"{MAX_VALUE_CHARS:,})")
+        if operator == "*" and isinstance(left, int) and isinstance(right, int):
+            # one C multiplication, which no deadline stops: 2**40000 squared 14 times is a
+            # 650-million-bit product, seconds to compute
+            if left.bit_length() + right.bit_length() > MAX_POWER_BITS:
+                raise self.limit(f"multiplies integers of {left.bit_length():,} and "
+                                 f"{right.bit_length():,} bits (over {MAX_POWER_BITS:,})")
         if operator == "**" and isinstance(left, int) and isinstance(right, int) and right > 0:
             if right * math.log2(abs(left) + 1) > MAX_POWER_BITS:
                 raise self.limit(f"raises {left} to the power {right:,}")
@@ -376,6 +439,15 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
             self._check_args((left,), {})
             self.sized(percent_size(left, right), "the % operator")
         return self.checked(super().call_binop(context, operator, left, right))
+
+    def _lipsum(self, n: int = 5, html: bool = True, min: int = 20, max: int = 100) -> Any:
+        """jinja2's `lipsum`, refused before it runs past MAX_LIPSUM_WORDS words (a Python
+        loop of n * max words that ticks no deadline: `lipsum(2000, max=20000)`)."""
+        self._check_args((n, min, max), {})
+        if n * max > MAX_LIPSUM_WORDS:
+            raise self.limit(f"asked lipsum for {n:,} paragraphs of up to {max:,} words (over "
+                             f"{MAX_LIPSUM_WORDS:,} words)")
+        return self.checked(jinja2.utils.generate_lorem_ipsum(n, html, min, max))
 
     def _range(self, *args: int) -> Any:
         self._check_args(args, {})

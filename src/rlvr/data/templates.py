@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Protocol
@@ -40,7 +39,8 @@ import jinja2
 import jinja2.ext
 
 from rlvr.config import ConfigError
-from rlvr.data.template_sandbox import MAX_VALUE_CHARS, BoundedEnvironment, TemplateLimitError
+from rlvr.data.template_sandbox import (MAX_VALUE_CHARS, BoundedEnvironment, TemplateLimitError,
+                                       strftime_now)
 from rlvr.registry import Registry
 
 TOKENIZER = "tokenizer"  # the data.chat_template value for the tokenizer's own template
@@ -153,10 +153,6 @@ def _tojson(x: Any, ensure_ascii: bool = False, indent: Any = None, separators: 
     return "".join(parts)
 
 
-def _strftime_now(format: str) -> str:
-    return datetime.now().strftime(format)
-
-
 @lru_cache(maxsize=8)
 def _tokenizer_environment_template(text: str) -> jinja2.Template:
     """A tokenizer's template text compiled in a `BoundedEnvironment` holding what
@@ -165,7 +161,7 @@ def _tokenizer_environment_template(text: str) -> jinja2.Template:
     transformers: its compiler folds constants such as `'x' * 4000000000`."""
     env = _environment(_GenerationTag)
     env.filters["tojson"] = env._bounded_call(_tojson, "tojson")
-    env.globals["strftime_now"] = _strftime_now
+    env.globals["strftime_now"] = strftime_now  # bounded before strftime runs
     return env.from_string(text)
 
 

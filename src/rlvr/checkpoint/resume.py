@@ -140,7 +140,7 @@ def last_logged_step(path: Path) -> int | None:
         for number, raw in enumerate(f, 1):
             try:
                 step = json.loads(raw)["training_step"]
-            except (ValueError, KeyError, TypeError):
+            except (ValueError, KeyError, TypeError, RecursionError):  # or nested past the stack
                 if raw.endswith(b"\n"):  # a torn last line is expected after a crash
                     log.warning("%s line %d is not a metrics record; skipped", path, number)
                 continue

@@ -3,8 +3,9 @@
 
 What it is: two functions over a policy, its optimizer and an optional frozen reference, plus
 `extra`, small plain values (the LR scheduler's state, a step number) that rank 0 writes
-once; everything is read back as data only (`rlvr.checkpoint.safe_load`). What it is not: it knows no config, no trainer and no file layout beyond its own
-directory; `rlvr.checkpoint.state` puts it inside a training state.
+once; everything is read back as data only (`rlvr.checkpoint.safe_load`: DCP's index, its
+tensors and its plain values alike). What it is not: it knows no config, no trainer and no
+file layout beyond its own directory; `rlvr.checkpoint.state` puts it inside a training state.
 
 - Resharding: DCP records each tensor's global shape and which slice each rank wrote, and on
   load every rank reads the slices its own shards need. So a state saved by N FSDP2 ranks
@@ -30,6 +31,7 @@ still saved and restored).
 
 from __future__ import annotations
 
+import io
 import warnings
 from pathlib import Path
 from typing import Any, Callable
@@ -38,13 +40,15 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.metadata import BytesStorageMetadata, Metadata
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
                                                      get_optimizer_state_dict,
                                                      set_model_state_dict,
                                                      set_optimizer_state_dict)
 
 from rlvr.checkpoint.atomic import fresh_tmp_dir, publish_dir
-from rlvr.checkpoint.safe_load import SafeFileSystemReader, load_data, restricted_unpickle
+from rlvr.checkpoint.safe_load import (DataLoadPlanner, SafeFileSystemReader,
+                                       UnsafeStateFile, load_data, load_index)
 
 EXTRA = "extra.pt"  # rank 0's small values, next to DCP's `.metadata` and `__<rank>_0.distcp`
 METADATA = ".metadata"
@@ -90,23 +94,15 @@ def load_sharded(directory: Path, policy: torch.nn.Module, optimizer: torch.opti
     process group), and return its `extra`. The reference is restored when both the state and
     this call have one. A collective when a process group is initialised."""
     directory = Path(directory)
-    for name in (METADATA, EXTRA):
-        if not (directory / name).is_file():
-            raise FileNotFoundError(f"{directory} holds no sharded learner state ({name} is "
-                                    "missing); is it on a filesystem this rank can read?")
-    # Data only: tensors and plain values; the index DCP would unpickle is read as data first
-    # (a clear error here, rather than one DCP wraps), and by DCP's reader below.
-    restricted_unpickle((directory / METADATA).read_bytes(), str(directory / METADATA))
-    meta = load_data(directory / EXTRA)
-    if not isinstance(meta, dict) or not {"extra", "optimizer_fresh", "has_reference"} <= set(meta):
-        raise ValueError(f"{directory / EXTRA} is not the record of a sharded learner state")
+    meta = _read_record(directory)[0]
     with_reference = reference if meta["has_reference"] else None
     # Templates to load into: each rank's shards, laid out for THIS run's sharding; DCP fills
     # them from whichever saved slices overlap (getting the optimizer's gives it a zero step).
     state = _state_dicts(policy, optimizer, with_reference)
-    # DCP's own reader unpickles its index file; this one reads it as data (`safe_load`).
+    # DCP's own reader unpickles its index file, and its planner the plain values with
+    # weights_only=False; these read both as data (`safe_load`).
     _dcp(dcp.load, state, directory, _distributed(),
-         storage_reader=SafeFileSystemReader(directory))
+         storage_reader=SafeFileSystemReader(directory), planner=DataLoadPlanner())
     # The optimizer before the weights, in case setting it steps it (at zero learning rate).
     set_optimizer_state_dict(policy, optimizer, state["optimizer"], options=SHARDED)
     if meta["optimizer_fresh"]:
@@ -115,6 +111,38 @@ def load_sharded(directory: Path, policy: torch.nn.Module, optimizer: torch.opti
     if with_reference is not None:
         set_model_state_dict(with_reference, state["reference"], options=SHARDED)
     return meta["extra"]
+
+
+def check_sharded(directory: Path) -> None:
+    """Read what `load_sharded` would unpickle, as data and without a model: the index,
+    `extra` and each plain value the shards hold (UnsafeStateFile, or ValueError, where one is
+    not). So a crafted state is refused when a resume picks its state (`rlvr.checkpoint.state`),
+    and the one before it is used, as for a crafted file of the full format."""
+    directory = Path(directory)
+    index = _read_record(directory)[1]
+    entries = index.state_dict_metadata
+    for key, where in index.storage_data.items():
+        if type(entries.get(key.fqn)) is BytesStorageMetadata:
+            with open(directory / where.relative_path, "rb") as f:
+                f.seek(where.offset)
+                data = f.read(where.length)
+            load_data(io.BytesIO(data), f"the value of {key.fqn!r} in {directory}")
+
+
+def _read_record(directory: Path) -> tuple[dict[str, Any], Metadata]:
+    """`extra.pt`'s record and the index, both read as data; FileNotFoundError, UnsafeStateFile
+    or ValueError where they are missing or not of a sharded learner state."""
+    for name in (METADATA, EXTRA):
+        if not (directory / name).is_file():
+            raise FileNotFoundError(f"{directory} holds no sharded learner state ({name} is "
+                                    "missing); is it on a filesystem this rank can read?")
+    # Data only: tensors and plain values; the index DCP would unpickle is read as data first
+    # (a clear error here, rather than one DCP wraps), and by DCP's reader in `load_sharded`.
+    index = load_index(directory / METADATA)
+    meta = load_data(directory / EXTRA)
+    if not isinstance(meta, dict) or not {"extra", "optimizer_fresh", "has_reference"} <= set(meta):
+        raise ValueError(f"{directory / EXTRA} is not the record of a sharded learner state")
+    return meta, index
 
 
 def _state_dicts(policy: torch.nn.Module, optimizer: torch.optim.Optimizer,
@@ -142,6 +170,9 @@ def _dcp(call: Callable[..., Any], state: dict[str, Any], directory: Path,
         try:
             call(state, checkpoint_id=directory, no_dist=not distributed, **kwargs)
         except CheckpointException as e:
+            for failure, _ in e.failures.values():  # a file that is not data says so itself
+                if isinstance(failure, UnsafeStateFile):
+                    raise failure from None
             raise RuntimeError(f"sharded checkpoint in {directory}: {e}") from e
 
 

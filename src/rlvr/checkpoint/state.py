@@ -16,10 +16,13 @@ state is complete or absent in either format; the state directory must then be o
 filesystem every learner rank reaches. A state is read back in the format it was written in.
 
 A state is data, never code: its pickled files load through `rlvr.checkpoint.safe_load`
-(tensors and plain values only), and its RNG states are stored as plain numbers. On resume,
-directories under the state folder that are not `step_<number>` are skipped with a warning, as
-is a state that is damaged (manifest, checksums) or does not load; `find_latest_state` reports
-each one, so a caller can refuse to start over when none is usable.
+(tensors and plain values only; the sharded format's too, read when its state is picked, before
+any learner rank loads it), and its RNG states are stored as plain numbers. What the manifest
+proves is integrity, not authenticity (docs/security.md): whoever writes a state rewrites its
+checksums. On resume, directories under the state folder that are not `step_<number>` are
+skipped with a warning, as is a state that is damaged (manifest, checksums) or does not load;
+`find_latest_state` reports each one, so a caller can refuse to start over when none is
+usable.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from safetensors.torch import load_file, save_file
 
 from rlvr.checkpoint.atomic import keep_last, save_dir_atomic
 from rlvr.checkpoint.safe_load import UnsafeStateFile, load_data
+from rlvr.checkpoint.sharded import check_sharded
 
 log = logging.getLogger(__name__)
 MANIFEST = "manifest.json"
@@ -157,7 +161,7 @@ def verify_state(path: Path) -> str | None:
         return "no manifest"
     try:
         manifest = json.loads(manifest_path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):  # nested past Python's stack
         return "unreadable manifest"
     if not isinstance(manifest, dict) or not all(isinstance(k, str) and isinstance(v, str)
                                                  for k, v in manifest.items()):
@@ -188,7 +192,8 @@ def find_latest_state(state_dir: Path) -> tuple[TrainingState | None, list[tuple
                 return _load_state(path), rejected
             except UnsafeStateFile as e:
                 problem = str(e)
-            except (KeyError, TypeError, ValueError, OSError, SafetensorError) as e:
+            except (KeyError, TypeError, ValueError, OSError, SafetensorError,
+                    RecursionError) as e:
                 # verified, yet not of this layout (or a crafted file with a matching checksum)
                 problem = f"not a training state of this rlvr ({type(e).__name__}: {e})"
         log.warning("training state %s cannot be used (%s); falling back to the one before",
@@ -202,6 +207,8 @@ def _load_state(path: Path) -> TrainingState:
     progress = json.loads((path / "progress.json").read_text())
     reference = path / "reference.safetensors"
     sharded = (path / LEARNER_DIR).is_dir()
+    if sharded:  # what the learner's ranks will unpickle, read as data before any rank does
+        check_sharded(path / LEARNER_DIR)
     return TrainingState(
         step=int(progress["step"]), episode=int(progress["episode"]), mixer=trainer["mixer"],
         policy={} if sharded else load_file(path / "policy.safetensors"),
@@ -209,4 +216,14 @@ def _load_state(path: Path) -> TrainingState:
         optimizer=trainer["optimizer"], scheduler=trainer["scheduler"], rng=trainer["rng"],
         policy_version=int(progress.get("policy_version", progress["step"])),
         learner_dir=path / LEARNER_DIR if sharded else None,
-        ahead=(path / "ahead.json").read_text() if (path / "ahead.json").is_file() else "")
+        ahead=_ahead_text(path / "ahead.json"))
+
+
+def _ahead_text(path: Path) -> str:
+    """The batches made ahead as JSON text ("" for none), checked to parse here, where a
+    state that does not is skipped, rather than when the producer starts."""
+    if not path.is_file():
+        return ""
+    text = path.read_text()
+    json.loads(text)  # ValueError, or RecursionError when nested past Python's stack
+    return text

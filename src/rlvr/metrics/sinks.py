@@ -60,7 +60,7 @@ class JsonlSink:
             try:
                 if line.endswith("\n") and json.loads(line)["training_step"] <= step:
                     kept.append(line)
-            except (ValueError, KeyError, TypeError):  # torn by a crash, or not a record
+            except (ValueError, KeyError, TypeError, RecursionError):  # torn, or not a record
                 logging.getLogger(__name__).warning(
                     "%s line %d is not a metrics record; dropped", path, number)
         write_text_atomic(path, "".join(kept))

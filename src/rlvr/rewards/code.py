@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import ast
 import json
+import logging
 import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -38,6 +39,8 @@ from rlvr.rewards.format import strip_thinking
 from rlvr.rewards.registry import register_verifier
 from rlvr.rewards.sandbox import (DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S, SandboxRun,  # noqa: F401
                                   SandboxUnavailable, run_tests)
+
+log = logging.getLogger(__name__)
 
 FENCE = "```"
 PYTHON_LABELS = {"", "python", "python3", "py"}  # an opening fence's label, lower-cased
@@ -222,4 +225,7 @@ def verify_code(completion: str, ground_truth: str) -> float:
         return 0.0
     run = run_tests(program.code, task.tests, setup=program.setup,
                     entry_point=task.entry_point, timeout_s=task.timeout_s)
+    if run.limits:  # a test failed on a documented limit of the sandbox: said, not a silent 0
+        log.warning("code: %d test(s) failed on a sandbox limit: %s", len(run.limits),
+                    "; ".join(run.limits[:3]))
     return sum(run.passed) / len(run.passed)

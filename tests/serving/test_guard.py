@@ -1,5 +1,5 @@
-"""The server's door (`ServerGuard`) in front of a stand-in app: no route answers without the
-run's key, the control routes included (vLLM's own `--api-key` guards only /v1, /v2,
+"""The server's door (`ServerGuard`) in front of a stand-in app: no route answers a request
+that is not signed with the run's key, the control routes included (vLLM's own `--api-key` guards only /v1, /v2,
 /inference); `/collective_rpc` runs only rlvr's methods, and reloads only from the run's
 weights directory. The same door in front of the real vLLM server: test_server_trust.py."""
 
@@ -11,7 +11,9 @@ import json
 import httpx
 import pytest
 
+from rlvr.serving.client import SignedRequests
 from rlvr.serving.guard import MAX_RPC_BODY_BYTES, ServerGuard, checked_weights_dir
+from rlvr.serving.signing import sign_request
 
 KEY = "the-runs-key-0123456789"
 # Every route a trainer uses, the control routes that answered anyone, and a few more.
@@ -39,10 +41,12 @@ class App:
         await send({"type": "http.response.body", "body": b"ok"})
 
 
-def _requests(guard, calls):
-    """[(method, path, headers, body)] through the door; their status codes."""
+def _requests(guard, calls, key: str | None = None):
+    """[(method, path, headers, body)] through the door, signed with `key` for the door's name
+    (none given: "server", the Host header) if one is given; their status codes."""
     async def run():
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=guard),
+                                     auth=SignedRequests(key, "server") if key else None,
                                      base_url="http://server") as client:
             return [(await client.request(m, p, headers=h, content=b)).status_code
                     for m, p, h, b in calls]
@@ -64,16 +68,16 @@ def weights(tmp_path):
     return root, version
 
 
-def test_no_route_answers_without_the_key_or_with_a_wrong_one(weights):
+def test_no_route_answers_unsigned_or_signed_with_a_wrong_key(weights):
     app = App()
     guard = ServerGuard(app, key=KEY, weights_root=str(weights[0]))
-    wrong = [{}, {"Authorization": "Bearer not-the-key"}, {"Authorization": KEY},
-             {"Authorization": f"Basic {KEY}"}, {"X-Api-Key": KEY}]
+    wrong = [{}, {"Authorization": f"Bearer {KEY}"}, {"Authorization": KEY},  # a bearer key
+             {"X-Api-Key": KEY}, sign_request("not-the-key", "GET", "/health", "server")]
     calls = [(m, p, h, b"{}") for m, p in ROUTES for h in wrong]
     assert set(_requests(guard, calls)) == {401}
     assert app.seen == []  # nothing reached vLLM
-    ok = _requests(guard, [(m, p, {"Authorization": f"Bearer {KEY}"}, b"{}")
-                           for m, p in ROUTES if p != "/collective_rpc"])
+    ok = _requests(guard, [(m, p, {}, b"{}") for m, p in ROUTES if p != "/collective_rpc"],
+                   key=KEY)  # each answer checked for the door's signature, too
     assert set(ok) == {200} and len(app.seen) == len(ROUTES) - 1
 
 
@@ -85,7 +89,7 @@ def test_collective_rpc_runs_only_rlvrs_methods_with_checked_paths(weights, tmp_
     outside.mkdir()
     (outside / "model.safetensors").write_bytes(b"x" * 16)
     (root / "escape").symlink_to(outside)
-    head = {"Authorization": f"Bearer {KEY}"}
+    head: dict[str, str] = {}
     refused = [_rpc("reload_weights", kwargs={"weights_path": str(version)}),  # vLLM's own
                _rpc("save_sharded_state", [str(tmp_path)]), _rpc("__init__"), b"not json",
                json.dumps({"method": ["weight_dtype"]}).encode(),
@@ -96,12 +100,12 @@ def test_collective_rpc_runs_only_rlvrs_methods_with_checked_paths(weights, tmp_
                _rpc("reload_weights_from", ["weight_updates/v1"]),
                _rpc("reload_weights_from", [str(root)]),
                _rpc("reload_weights_from", [str(root / "missing")])]
-    assert _requests(guard, [("POST", "/collective_rpc", head, b) for b in refused]) \
+    assert _requests(guard, [("POST", "/collective_rpc", head, b) for b in refused], KEY) \
         == [403] * len(refused)
     allowed = [_rpc("reload_weights_from", [str(version)]),
                _rpc("init_weight_group", ["10.0.0.1", 29500, 1, 2]), _rpc("weight_dtype"),
                _rpc("receive_weights", [3])]
-    assert _requests(guard, [("POST", "/collective_rpc", head, b) for b in allowed]) \
+    assert _requests(guard, [("POST", "/collective_rpc", head, b) for b in allowed], KEY) \
         == [200] * len(allowed)
     assert app.seen == [("/collective_rpc", b) for b in allowed]  # the body reaches the app whole
 
@@ -109,18 +113,16 @@ def test_collective_rpc_runs_only_rlvrs_methods_with_checked_paths(weights, tmp_
 def test_routes_that_load_weights_or_files_by_other_means_are_closed(weights):
     app = App()
     guard = ServerGuard(app, key=KEY, weights_root=str(weights[0]))
-    head = {"Authorization": f"Bearer {KEY}"}
     paths = ["/init_weight_transfer_engine", "/update_weights", "/v1/load_lora_adapter",
              "/start_profile", "/update_weights/", "/v1//load_lora_adapter"]
-    assert _requests(guard, [("POST", p, head, b"{}") for p in paths]) == [403] * len(paths)
+    assert _requests(guard, [("POST", p, {}, b"{}") for p in paths], KEY) == [403] * len(paths)
     assert app.seen == []
 
 
 def test_an_oversized_rpc_body_is_refused_unread(weights):
     guard = ServerGuard(App(), key=KEY, weights_root=str(weights[0]))
     body = _rpc("weight_dtype", ["x" * MAX_RPC_BODY_BYTES])
-    assert _requests(guard, [("POST", "/collective_rpc", {"Authorization": f"Bearer {KEY}"},
-                              body)]) == [413]
+    assert _requests(guard, [("POST", "/collective_rpc", {}, body)], KEY) == [413]
 
 
 def test_a_server_without_a_key_does_not_start(monkeypatch):

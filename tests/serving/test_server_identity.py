@@ -23,6 +23,7 @@ from rlvr.serving.client import ServerClient, ServerError
 from rlvr.serving.guard import ServerGuard, proof_headers
 from rlvr.serving.server import (ServerProcess, ServerSettings, ServerStartError, is_healthy,
                                  server_env, server_name)
+from rlvr.serving.signing import sign_request
 from rlvr.types import SamplingParams
 from tests.serving.fake_server import FakeServer
 
@@ -239,8 +240,8 @@ def test_the_door_answers_a_keyless_health_challenge_with_a_proof_bound_to_its_n
     assert proof_matches(r.headers[PROOF_HEADER], KEY, "10.0.0.5:8100", challenge)
     assert not proof_matches(r.headers[PROOF_HEADER], KEY, "10.0.0.5:8101", challenge)
     assert not proof_matches(r.headers[PROOF_HEADER], KEY, "10.0.0.5:8100", new_challenge())
-    # The keyed /health of before still answers, without a proof unless challenged.
-    r = _through(guard, "GET", "/health", {"Authorization": f"Bearer {KEY}"})
+    # A signed /health answers as usual, without a proof unless challenged.
+    r = _through(guard, "GET", "/health", sign_request(KEY, "GET", "/health", "10.0.0.5:8100"))
     assert r.status_code == 200 and PROOF_HEADER not in r.headers
 
 

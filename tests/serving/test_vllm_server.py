@@ -132,14 +132,17 @@ def _wait_until_running(address: str, key: str, worker: threading.Thread,
     really lands while the request is in flight, however slow the machine; False if the
     request finished first."""
     import re
-    import urllib.request
+
+    import httpx
+
+    from rlvr.serving.client import SignedRequests
+    from rlvr.serving.server import server_name
 
     deadline = time.monotonic() + timeout_s
     text = ""
     while time.monotonic() < deadline:
-        request = urllib.request.Request(f"{address}/metrics",
-                                         headers={"Authorization": f"Bearer {key}"})
-        text = urllib.request.urlopen(request, timeout=5).read().decode()
+        text = httpx.get(f"{address}/metrics", timeout=5, trust_env=False,
+                         auth=SignedRequests(key, server_name(address))).text
         running = re.search(r"^vllm:num_requests_running\{[^}]*\} ([0-9.]+)", text, re.M)
         if running and float(running.group(1)) >= 1:
             return True

@@ -9,9 +9,11 @@ When no server is left, `EngineUnavailable` names every address and why it was d
 the trainer stops with its last good state saved. New weights reach every live server through
 the disk or a broadcast (`rlvr.rollout.server_weights`); a server whose update fails is
 dropped, so no server keeps serving an old version unnoticed (and every token carries the
-version that sampled it, which staleness checks read). Every request carries the run's key
-(`RLVR_SERVER_KEY` / `RLVR_SERVER_KEY_FILE`, else `<output_dir>/server.key`, which a launcher
-writes: `rlvr.serving.auth`).
+version that sampled it, which staleness checks read). Every request is signed with the run's
+key (`RLVR_SERVER_KEY` / `RLVR_SERVER_KEY_FILE`, else `<output_dir>/server.key`, which a
+launcher writes: `rlvr.serving.auth`) for the name each server proved at start
+(`rlvr.serving.server.proven_name`), and every answer must carry that server's signature
+(`rlvr.serving.signing`).
 
 What it is not: a server (`rlvr.serving`), or a launcher of servers (`rlvr.launch`).
 
@@ -37,7 +39,7 @@ from rlvr.rollout.seeds import derive_seed
 from rlvr.rollout.server_weights import BroadcastUpdate, DiskUpdate
 from rlvr.serving.auth import client_key
 from rlvr.serving.client import ServerClient, ServerError
-from rlvr.serving.server import is_healthy
+from rlvr.serving.server import proven_name
 from rlvr.types import Completion, SamplingParams
 
 log = logging.getLogger(__name__)
@@ -104,13 +106,17 @@ class RemoteEngine:
         self.cfg, self.eos_token_ids = cfg, tuple(eos_token_ids)
         self.version = 0
         key = client_key(cfg.server_key_file or None)
-        unhealthy = [a for a in addresses if not is_healthy(a, timeout_s=10.0, key=key)]
+        # Each server's name as it proves the key: what its requests are signed for (through
+        # a forwarded port, not the address's own "host:port").
+        names = {a: proven_name(a, timeout_s=10.0, key=key) for a in addresses}
+        unhealthy = [a for a, name in names.items() if name is None]
         if unhealthy:
             raise EngineUnavailable(f"inference servers not answering /health: {unhealthy} "
                                     f"({'with' if key else 'without'} a server key; servers "
                                     "rlvr starts need the run's: rlvr.serving.auth)")
         self.pool = ServerPool([_Server(ServerClient(a, cfg.server_request_timeout_s,
-                                                     cfg.weight_update_timeout_s, key=key))
+                                                     cfg.weight_update_timeout_s, key=key,
+                                                     name=names[a] or None))
                                 for a in addresses])
         self._updater = self._make_updater(cfg, model_dir, key)
         self._update_lock = threading.Lock()

@@ -1,14 +1,15 @@
-"""The run's server key: a per-run secret every request to an inference server carries.
+"""The run's server key: a per-run secret that signs every request to an inference server and
+every answer back, and never travels itself.
 
 What it is: where the key lives (`<output_dir>/server.key`, mode 0600, written atomically),
-how a process finds it (`RLVR_SERVER_KEY`, else the file named by `RLVR_SERVER_KEY_FILE`, else
-the run's file), how a request carries it (`Authorization: Bearer <key>`, the header vLLM's
-own `--api-key` reads) and how a server checks it (`key_matches`, a constant-time comparison).
-It is also how a server proves it holds the key before a client sends it one (`health_proof`):
-a client asks `/health` with a fresh random challenge and no key, and a server of the run
-answers with an HMAC of it under the key, bound to the server's name (the address it was
-started to answer at), so a process that took the port, or relays to another server of the
-run, cannot answer it (`rlvr.serving.server.is_healthy`).
+and how a process finds it (`RLVR_SERVER_KEY`, else the file named by `RLVR_SERVER_KEY_FILE`,
+else the run's file). How a request and its answer are signed with it is
+`rlvr.serving.signing`. It is also how a server proves it holds the key to a client that has
+not signed anything yet (`health_proof`): a client asks `/health` with a fresh random
+challenge, and a server of the run answers with an HMAC of it under the key, bound to the
+server's name (the address it was started to answer at), so a process that took the port, or
+relays to another server of the run, cannot answer it (`rlvr.serving.server.is_healthy`), and
+the client learns the name that server's signed requests must name.
 What it is not: the server's door (`rlvr.serving.guard`, which uses these) or a user database:
 one run, one key, shared by the trainer and its servers.
 
@@ -119,28 +120,12 @@ def prepare_run_key(output_dir: str | Path) -> str:
 
 
 def client_key(run_key_file: str | Path | None = None) -> str | None:
-    """The key a client sends: the environment's, else the run's key file if it exists, else
-    None (a server that needs one then answers 401, and the error says so)."""
+    """The key a client signs with: the environment's, else the run's key file if it exists,
+    else None (a server that needs one then answers 401, and the error says so)."""
     key = key_from_env()
     if key is None and run_key_file and Path(run_key_file).exists():
         key = read_key_file(run_key_file)
     return key
-
-
-def auth_headers(key: str | None) -> dict[str, str]:
-    return {"Authorization": f"Bearer {key}"} if key else {}
-
-
-def key_matches(authorization: str | bytes | None, key: str) -> bool:
-    """True if an Authorization header value is `Bearer <key>`; constant time in the key."""
-    if not authorization:
-        return False
-    if isinstance(authorization, str):
-        authorization = authorization.encode("latin-1", errors="replace")
-    scheme, _, given = authorization.partition(b" ")
-    if scheme.lower() != b"bearer":
-        return False
-    return hmac.compare_digest(given.strip(), key.encode())
 
 
 def new_challenge() -> str:

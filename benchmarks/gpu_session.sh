@@ -2,6 +2,12 @@
 # One GPU session, in one call on a machine without network access (docs/gpu.md): installs the
 # wheels the image lacks, prepares SmolLM2 if its two halves came along, then runs, most
 # important first, each stage bounded by what is left of the budget:
+#   0. generation: the transformers engine's decoding on CUDA, today's dynamic path against
+#      static decoding with and without CUDA graphs (benchmarks/gpu_generation.py), random
+#      weights of the SmolLM2-135M, Qwen2.5-0.5B and 1.5B shapes, 64 prompts x 8 x 256 tokens
+#   0. gsm8kstep: configs/gsm8k.yaml on SmolLM2 for a few steps, dynamic against static: the
+#      step's split between generation and the rest (benchmarks/gpu_step_split.py); then the
+#      engine alone on the real model and GSM8K's prompts
 #   0. profile: where the learner update's time goes (52-56% of the matmul peak on the 1.5B
 #      shape since varlen's flash kernel runs under autocast): one profiled update of
 #      varlen-mb16k-compile and sdpa-shared-mb16k-compile, 1.5B shape
@@ -23,11 +29,11 @@
 #   bash benchmarks/gpu_session.sh --budget 500    # seconds for everything (default 530)
 #   bash benchmarks/gpu_session.sh --dry-run       # here, on CPU: every stage, tiny sizes
 #   bash benchmarks/gpu_session.sh --stages bench15,tests   # some stages only (default:
-#       quickstart profile next tests, what is not yet measured since varlen became CUDA's
-#       default (the quick start skips without SmolLM2's halves); also bench15 bench05 bench7
-#       suite fullsuite; `suite` is the
-#       -m "not slow" suite's sandbox, code and verifier tests on 15 workers, the parts of it
-#       that depend on the host's kernel; `fullsuite` all of it)
+#       generation tests gsm8kstep quickstart fullsuite: the transformers engine's decoding,
+#       the GPU tests, the GSM8K step's split and the quick start (both skip without SmolLM2's
+#       halves), and the whole -m "not slow" suite; also profile next bench15 bench05 bench7
+#       suite; `suite` is the -m "not slow" suite's sandbox, code and verifier tests on 15
+#       workers, the parts of it that depend on the host's kernel)
 #
 # What it reads from the working tree (ignored paths, to be carried): .gpu-whl/*.whl
 # (../shared/tools/gpu-wheels.sh), and optionally .gpu-a/part + .gpu-b/part, SmolLM2's wheel in
@@ -36,7 +42,7 @@ set -u
 cd "$(dirname "$0")/.."
 BUDGET=530
 DRY=0
-STAGES=quickstart,profile,next,tests
+STAGES=generation,tests,gsm8kstep,quickstart,fullsuite
 while [ $# -gt 0 ]; do
   case "$1" in
     --budget) BUDGET=$2; shift 2 ;;
@@ -54,8 +60,8 @@ wanted() { case ",$STAGES," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 # Seconds kept back for the wanted stages after $1 (each stage's least useful time), so an early
 # stage cannot eat a later one's. The default stages' sum stays under the default budget less
 # SmolLM2's preparation (18 s there), or that preparation is skipped.
-ORDER=(prepare quickstart profile next bench15 tests bench05 bench7 suite fullsuite)
-declare -A LEAST=([prepare]=30 [quickstart]=60 [profile]=100 [next]=120 [bench15]=120 [tests]=90
+ORDER=(prepare generation tests gsm8kstep quickstart profile next bench15 bench05 bench7 suite fullsuite)
+declare -A LEAST=([prepare]=30 [generation]=60 [gsm8kstep]=60 [quickstart]=60 [profile]=100 [next]=120 [bench15]=120 [tests]=90
                [bench05]=50 [bench7]=50 [suite]=60 [fullsuite]=120)
 reserve_after() {
   local seen=0 total=0 s
@@ -133,6 +139,7 @@ bench() {
   tail -n +"$((before + 1))" "$OUT/bench.log" | grep -v '^{' | grep -v '^ ' | tail -12 \
     >>"$OUT/session.log"
 }
+DEVICE=cuda; [ "$DRY" = 1 ] && DEVICE=cpu
 if [ "$DRY" = 1 ]; then
   SIZE=(--device cpu --shape tiny --tokens 2048 --pack-length 1024 --prompt-tokens 64
         --response-tokens 128 --steps 1 --compile-backend aot_eager)
@@ -147,6 +154,42 @@ else
   FLEX=flex
   SMALL=(--shape qwen2.5-0.5b --tokens 32768 --steps 3)
   LARGE=(--shape qwen2.5-7b --tokens 32768 --steps 2)
+fi
+
+# 0. Generation: the transformers engine, dynamic vs static decoding (with and without graphs).
+if [ "$DRY" = 1 ]; then
+  GEN=(--device cpu --dtype float32 --prompts 2 --samples 2 --tokens 8 --check-prompts 2
+       --check-tokens 8); GSHAPES=(tiny)
+else
+  GEN=(); GSHAPES=(smollm2-135m qwen2.5-0.5b qwen2.5-1.5b)
+fi
+if wanted generation; then
+  for shape in "${GSHAPES[@]}"; do
+    # eager static steps measured once, on the smallest shape: what the graph adds
+    modes=static,dynamic; [ "$shape" = "${GSHAPES[0]}" ] && modes=static,dynamic,static-eager
+    stage "generation $shape" 150 "$(reserve_after generation)" "$OUT/generation.log" $PY \
+      benchmarks/gpu_generation.py --shape "$shape" --out "$OUT/generation.jsonl" "${GEN[@]}" \
+      --modes "$modes"
+    grep -E '^ +(static|dynamic)' "$OUT/generation.log" | tail -3 >>"$OUT/session.log"
+  done
+fi
+
+# 0. The GSM8K config's step on SmolLM2 (skips without it): dynamic against static decoding.
+if wanted gsm8kstep && [ -f "$HALF_A" ] && [ -f .gpu-b/part ]; then
+  if [ "$DRY" = 1 ]; then SPLIT=(--steps 2 rollout.response_length=8
+      rollout.num_unique_prompts_rollout=2 rollout.num_samples_per_prompt_rollout=2)
+  else SPLIT=(--steps 4); fi
+  for decode in static dynamic; do
+    stage "gsm8k step $decode" 150 "$(reserve_after gsm8kstep)" "$OUT/step.log" $PY \
+      benchmarks/gpu_step_split.py configs/gsm8k.yaml "${SPLIT[@]}" model.device=$DEVICE \
+      rollout.engine=transformers rollout.transformers_decode=$decode
+    grep STEP_SPLIT "$OUT/step.log" | tail -1 >>"$OUT/session.log"
+  done
+  MODEL_DIR=$($PY -c "from rlvr.models import resolve_model_dir as r; print(r('smollm2-135m-instruct'))")
+  stage "generation smollm2 gsm8k" 100 "$(reserve_after gsm8kstep)" "$OUT/generation.log" $PY \
+    benchmarks/gpu_generation.py --model "$MODEL_DIR" --gsm8k --out "$OUT/generation.jsonl" \
+    "${GEN[@]}" --modes static,dynamic
+  grep -E '^ +(static|dynamic)' "$OUT/generation.log" | tail -2 >>"$OUT/session.log"
 fi
 
 # 0. The quick start on CUDA with the transformers engine (SmolLM2; skips without it).

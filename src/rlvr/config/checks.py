@@ -388,6 +388,8 @@ def validate(cfg: Config) -> None:
     _check_mini_batches(errors, cfg)
     _check_lora(errors, cfg)
     _choice(errors, "rollout.dtype", r.dtype, {"auto", "float32", "bfloat16"})
+    _choice(errors, "rollout.transformers_decode", r.transformers_decode,
+            {"auto", "static", "dynamic"})
     _choice(errors, "data.on_bad_row", cfg.data.on_bad_row, {"error", "skip"})
     _choice(errors, "logging.wandb_mode", cfg.logging.wandb_mode, {"online", "offline", "disabled"})
     if a.beta > 0 and a.load_ref_policy is False:

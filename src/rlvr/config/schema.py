@@ -207,6 +207,11 @@ class RolloutConfig:
     # run computes in bf16 (model.bf16_autocast, resolved for its device), else float32.
     dtype: str = "auto"
     max_batch_rows: int = 256  # sequences decoded together (transformers engine)
+    # Transformers engine decoding: static (one fixed KV cache for the call's rows, the decode
+    # step a CUDA graph on CUDA: the GPU's fast path), dynamic (rows dropped as they finish:
+    # the CPU's), or auto: static on CUDA where the model allows it, else dynamic.
+    transformers_decode: str = "auto"
+    cuda_graphs: bool = True  # transformers engine, static decoding on CUDA; false: eager steps
     # Asynchronous generation: batches for steps t+1..t+async_steps are generated while step t
     # trains; results older than async_steps are dropped. 0 is synchronous and reproducible.
     async_steps: int = 0

@@ -28,6 +28,8 @@ class EngineSettings:
 
     dtype: str = "float32"  # the engine's own copy of the weights: float32 | bfloat16
     max_batch_rows: int = 256  # sequences decoded together (transformers engine)
+    transformers_decode: str = "auto"  # auto | static | dynamic (transformers engine)
+    cuda_graphs: bool = True  # static decoding's step as a CUDA graph (transformers engine)
     inflight_updates: bool = False  # new weights may load between tokens of a generation
     vllm_kv_cache_gb: float = 1.0
     vllm_max_model_len: int = 1024

@@ -5,13 +5,21 @@ under the temperature-scaled distribution without keeping [B, T, V] scores aroun
 rows from the batch as soon as they finish (`generate` runs every row until the longest ends,
 which with GRPO's spread of lengths wastes most of the compute on a CPU).
 
-This is the fallback and test engine; vLLM is the fast one. It knows nothing about rewards or chat
-templates; it decodes text only to report it and to detect stop strings.
+Two decoding paths, chosen by `rollout.transformers_decode`: `dynamic` (this module's loop,
+rows dropped as they finish: the CPU's) and `static` (`rlvr.rollout.static_decode`: fixed shapes,
+one KV cache for the whole call, the decode step captured as a CUDA graph: the GPU's). `auto` is
+static on CUDA where the model allows it, else dynamic. Both sample with `sample_tokens` and
+report the same logprobs.
+
+vLLM is the fast engine where it installs; this one serves tests, CPUs, and models vLLM does
+not support yet. It knows nothing about rewards or chat templates; it decodes text only to report
+it and to detect stop strings.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 from typing import Iterable
 
@@ -20,7 +28,11 @@ import torch
 from rlvr.device import resolve_device
 from rlvr.models import load_causal_lm, load_tokenizer
 from rlvr.rollout.base import EngineSettings, register_engine
+from rlvr.rollout.static_decode import StaticDecoder, unsupported_reason
 from rlvr.types import Completion, SamplingParams
+
+log = logging.getLogger(__name__)
+DECODE_MODES = ("auto", "static", "dynamic")  # rollout.transformers_decode
 
 
 @register_engine("transformers")
@@ -29,12 +41,14 @@ def create_transformers_engine(model_dir: str, cfg: EngineSettings, eos_token_id
     device = resolve_device(cfg.device)
     model = load_causal_lm(model_dir, cfg.dtype).to(device.torch)
     return TransformersEngine(model, load_tokenizer(model_dir), eos_token_ids, pad_token_id,
-                              cfg.max_batch_rows, inflight_updates=cfg.inflight_updates)
+                              cfg.max_batch_rows, inflight_updates=cfg.inflight_updates,
+                              decode=cfg.transformers_decode, cuda_graphs=cfg.cuda_graphs)
 
 
 class TransformersEngine:
     def __init__(self, model: torch.nn.Module, tokenizer, eos_token_ids: tuple[int, ...],
-                 pad_token_id: int, max_batch_rows: int = 256, inflight_updates: bool = False):
+                 pad_token_id: int, max_batch_rows: int = 256, inflight_updates: bool = False,
+                 decode: str = "auto", cuda_graphs: bool = True):
         self.model = model.eval()
         self.device = next(model.parameters()).device  # every tensor of a generation goes here
         self.tokenizer = tokenizer
@@ -47,6 +61,19 @@ class TransformersEngine:
         # so new weights apply between two tokens and a sample may span several versions.
         self.inflight_updates = inflight_updates
         self._lock = threading.RLock()
+        self.static = self._static_decoder(decode, cuda_graphs)  # None: the dynamic path
+
+    def _static_decoder(self, decode: str, cuda_graphs: bool) -> StaticDecoder | None:
+        if decode not in DECODE_MODES:
+            raise ValueError(f"transformers_decode={decode!r} is not one of {DECODE_MODES}")
+        if decode == "dynamic" or (decode == "auto" and self.device.type != "cuda"):
+            return None
+        reason = unsupported_reason(self.model)
+        if reason is not None:
+            log.warning("transformers engine: static decoding cannot serve this model (%s); "
+                        "decoding dynamically", reason)
+            return None
+        return StaticDecoder(self.model, cuda_graphs=cuda_graphs)
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Completion]]:
@@ -78,6 +105,31 @@ class TransformersEngine:
     def _generate_chunk(self, prompts: list[list[int]], params: SamplingParams,
                         gen: torch.Generator) -> list[Completion]:
         """Rows are prompt-major: row i * n + k is the k-th sample of prompt i."""
+        if self.static is None:
+            return self._generate_dynamic(prompts, params, gen)
+        stop_ids = self.eos_token_ids + tuple(params.stop_token_ids)
+        with self._lock:
+            version = self.version  # the oldest weights any of these samples sees
+        tokens, logprobs, stopped = self.static.decode(
+            prompts, params, self.pad_token_id, stop_ids,
+            sample=lambda logits_BV: sample_tokens(logits_BV, params.temperature, params.top_p,
+                                                   gen),
+            forward_lock=self._lock,
+            stop_string_end=lambda toks, end: self._stop_string_at(toks, end, params))
+        return [Completion(token_ids_T=t, logprobs_T=lp, finish_reason="stop" if s else "length",
+                           text=self.tokenizer.decode(t, skip_special_tokens=True),
+                           model_version=version)
+                for t, lp, s in zip(tokens, logprobs, stopped)]
+
+    def _stop_string_at(self, tokens: list[int], end: int, params: SamplingParams) -> bool:
+        """Whether tokens[:end] ends in a stop string: the test the dynamic path makes after
+        each token (a stop string spans at most len(s) tokens; only that tail is decoded)."""
+        tail = max(len(s) for s in params.stop_strings) + 1
+        text = self.tokenizer.decode(tokens[max(0, end - tail):end], skip_special_tokens=False)
+        return any(s in text for s in params.stop_strings)
+
+    def _generate_dynamic(self, prompts: list[list[int]], params: SamplingParams,
+                          gen: torch.Generator) -> list[Completion]:
         stop_ids = torch.tensor(self.eos_token_ids + tuple(params.stop_token_ids),
                                 dtype=torch.long, device=self.device)
         input_ids_PL, attn_PL = self._left_pad(prompts)
@@ -144,11 +196,8 @@ class TransformersEngine:
         hit_b = torch.zeros(len(live_b), dtype=torch.bool, device=live_b.device)
         if not params.stop_strings:
             return hit_b
-        # A stop string spans at most len(s) tokens; decode only that tail of each row.
-        tail = max(len(s) for s in params.stop_strings) + 1
         for j, row in enumerate(live_b.tolist()):
-            text = self.tokenizer.decode(tokens[row][-tail:], skip_special_tokens=False)
-            hit_b[j] = any(s in text for s in params.stop_strings)
+            hit_b[j] = self._stop_string_at(tokens[row], len(tokens[row]), params)
         return hit_b
 
 

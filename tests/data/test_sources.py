@@ -169,5 +169,24 @@ def test_a_mixer_whose_every_prompt_is_retired_says_so_as_no_learning_signal():
 
     mixer = PromptMixer([("a", _prompts("a", 3), 1.0)], seed=0)
     mixer.retire([p.id for p in _prompts("a", 3)])
-    with pytest.raises(NoLearningSignal, match="every prompt of source 'a' is retired"):
+    with pytest.raises(NoLearningSignal, match=r"every training source \('a'\) is retired"):
+        mixer.next_batch(1)
+
+
+def test_a_solved_source_leaves_the_mixture_and_the_others_train_on():
+    """An "easy" source of 4 prompts, all retired, beside a "hard" one of 100: the run stopped
+    (NoLearningSignal) though 100 prompts were unsolved. open-instruct's
+    `HFDataLoader.exclude_index` leaves a solved prompt out and trains on the rest."""
+    from rlvr.interrupts import NoLearningSignal
+
+    easy, hard = _prompts("easy", 4), _prompts("hard", 100)
+    mixer = PromptMixer([("easy", easy, 1.0), ("hard", hard, 1.0)], seed=0)
+    mixer.retire([p.id for p in easy])
+    drawn = mixer.next_batch(64)
+    assert len(drawn) == 64 and {p.source for p in drawn} == {"hard"}
+    restored = PromptMixer([("easy", easy, 1.0), ("hard", hard, 1.0)], seed=0)
+    restored.load_state_dict(mixer.state_dict())
+    assert {p.source for p in restored.next_batch(16)} == {"hard"}
+    mixer.retire([p.id for p in hard])
+    with pytest.raises(NoLearningSignal, match="every training source"):
         mixer.next_batch(1)

@@ -4,6 +4,11 @@ Each draw picks a source with probability proportional to its weight, then that 
 prompt in a shuffled order that is reshuffled every epoch of the source. The order of an epoch
 is a function of (seed, source, epoch), so the state is just positions, epochs and the picking
 RNG: a restored mixer yields the identical stream.
+
+Retired prompts (solved often enough) are skipped; a source whose every prompt is retired is
+left out of the picking, and the others train on (open-instruct's `HFDataLoader.exclude_index`
+excludes prompts, not sources). Only when every prompt of every source is retired is there
+nothing left to learn from (`NoLearningSignal`).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ class PromptMixer:
         self._epochs = [0] * len(self.sources)
         self._orders = [self._order(i) for i in range(len(self.sources))]
         self.retired: set[str] = set()  # prompt ids solved often enough to stop drawing them
+        self._live = [True] * len(self.sources)  # per source: has a prompt not retired
 
     def _order(self, i: int) -> list[int]:
         name, prompts, _ = self.sources[i]
@@ -52,9 +58,20 @@ class PromptMixer:
 
     def retire(self, prompt_ids: list[str]) -> None:
         self.retired.update(prompt_ids)
+        self._update_live()
+
+    def _update_live(self) -> None:
+        self._live = [live and any(p.id not in self.retired for p in prompts)
+                      for live, (_, prompts, _) in zip(self._live, self.sources)]
 
     def next_batch(self, n: int) -> list[Prompt]:
-        weights = [w for _, _, w in self.sources]
+        # A solved source weighs 0: its share of the draws goes to the sources still unsolved.
+        weights = [w if live else 0.0 for (_, _, w), live in zip(self.sources, self._live)]
+        if not any(weights):
+            raise NoLearningSignal("every prompt of every training source ("
+                                   + ", ".join(f"'{name}'" for name, _, _ in self.sources)
+                                   + ") is retired, solved at algorithm.no_resampling_pass_rate: "
+                                   "nothing left to train on")
         picks = self._rng.choices(range(len(self.sources)), weights=weights, k=n)
         return [self._next_from(i) for i in picks]
 
@@ -76,6 +93,8 @@ class PromptMixer:
         self._positions = list(state["positions"])
         self._epochs = list(state["epochs"])
         self.retired = set(state.get("retired", ()))
+        self._live = [True] * len(self.sources)
+        self._update_live()
         self._orders = [self._order(i) for i in range(len(self.sources))]
 
 

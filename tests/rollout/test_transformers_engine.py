@@ -11,9 +11,9 @@ from rlvr.rollout.transformers_engine import TransformersEngine, sample_tokens
 from rlvr.types import SamplingParams
 
 
-def _engine(model, tokenizer, max_batch_rows=256):
+def _engine(model, tokenizer, max_batch_rows=256, decode="auto"):
     return TransformersEngine(model, tokenizer, (tokenizer.eos_token_id,), tokenizer.pad_token_id,
-                              max_batch_rows=max_batch_rows)
+                              max_batch_rows=max_batch_rows, decode=decode)
 
 
 PROMPTS = [[1, 90, 91, 92, 2, 1, 70], [1, 80, 81, 2, 1, 70, 71, 72, 73]]
@@ -30,9 +30,11 @@ def test_returns_n_completions_with_logprobs(tiny_model, tiny_tokenizer):
         assert all(lp <= 0 for lp in c.logprobs_T)
 
 
-def test_engine_logprobs_match_learner_logprobs(tiny_model, tiny_tokenizer):
-    """The engine's sampled-token logprobs equal the learner's packed forward at T=0.7."""
-    engine = _engine(tiny_model, tiny_tokenizer, max_batch_rows=3)  # exercises chunking
+@pytest.mark.parametrize("decode", ["dynamic", "static"])
+def test_engine_logprobs_match_learner_logprobs(tiny_model, tiny_tokenizer, decode):
+    """The engine's sampled-token logprobs equal the learner's packed forward at T=0.7, with
+    either decoding path."""
+    engine = _engine(tiny_model, tiny_tokenizer, max_batch_rows=3, decode=decode)  # chunks
     groups = engine.generate(PROMPTS, SamplingParams(n=2, temperature=0.7, max_tokens=12, seed=1))
     seqs = [SequenceToPack(PROMPTS[i], c.token_ids_T, c.logprobs_T, 0.0, 2 * i + k)
             for i, g in enumerate(groups) for k, c in enumerate(g)]

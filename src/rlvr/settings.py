@@ -35,7 +35,8 @@ def learner_settings(cfg: Config, bf16: bool = False) -> LearnerSettings:
     opt = cfg.optimizer
     return LearnerSettings(
         learning_rate=opt.learning_rate, lr_scheduler_type=opt.lr_scheduler_type,
-        warm_up_steps=opt.warm_up_steps,
+        warm_up_steps=cfg.warm_up_optimizer_steps, lr_num_cycles=opt.lr_num_cycles,
+        lr_end=opt.lr_end, lr_power=opt.lr_power,
         total_optimizer_steps=cfg.num_training_steps * cfg.optimizer_steps_per_batch,
         weight_decay=opt.weight_decay, max_grad_norm=opt.max_grad_norm,
         betas=(opt.adam_beta1, opt.adam_beta2), eps=opt.adam_eps,

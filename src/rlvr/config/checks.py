@@ -340,7 +340,7 @@ def warnings_for(cfg: Config) -> list[str]:
                    "batch sees other dropout noise, so the ratio to the old logprobs (and the "
                    "gap to the engine's) measures noise as well as policy change; 0 avoids it")
     steps = cfg.num_training_steps * cfg.optimizer_steps_per_batch
-    warm_up = cfg.optimizer.warm_up_steps
+    warm_up = cfg.warm_up_optimizer_steps
     if 0 < steps <= warm_up:
         out.append(f"optimizer.warm_up_steps={warm_up} is not below the run's {steps} optimizer "
                    "steps (num_training_steps x algorithm.num_epochs x num_mini_batches): the "
@@ -351,6 +351,15 @@ def warnings_for(cfg: Config) -> list[str]:
                    "evaluate: data.eval is empty and data.eval_holdout=0, so no eval runs and "
                    "no eval metric is logged; name data.eval sets or hold out rows")
     return out
+
+
+def _check_schedule(errors: list[str], o) -> None:
+    if o.warm_up_steps > 0 and o.warmup_ratio > 0:
+        errors.append(f"optimizer.warm_up_steps={o.warm_up_steps} and optimizer.warmup_ratio="
+                      f"{o.warmup_ratio} both set the warm-up: give one")
+    if o.lr_scheduler_type == "polynomial" and o.lr_end >= o.learning_rate:
+        errors.append(f"optimizer.lr_end={o.lr_end:g} with lr_scheduler_type=polynomial must be "
+                      f"below optimizer.learning_rate={o.learning_rate:g}: the rate decays to it")
 
 
 def validate(cfg: Config) -> None:
@@ -387,6 +396,7 @@ def validate(cfg: Config) -> None:
     _check_gpu_settings(errors, cfg)
     _check_mini_batches(errors, cfg)
     _check_lora(errors, cfg)
+    _check_schedule(errors, cfg.optimizer)
     _choice(errors, "rollout.dtype", r.dtype, {"auto", "float32", "bfloat16"})
     _choice(errors, "rollout.transformers_decode", r.transformers_decode,
             {"auto", "static", "dynamic"})

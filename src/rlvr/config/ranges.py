@@ -180,6 +180,10 @@ RANGES: dict[str, Range] = {
     # optimizer
     "optimizer.learning_rate": POSITIVE,
     "optimizer.warm_up_steps": NON_NEGATIVE,
+    "optimizer.warmup_ratio": UNIT_OPEN_HIGH,
+    "optimizer.lr_num_cycles": AT_LEAST_ONE,
+    "optimizer.lr_end": NON_NEGATIVE,
+    "optimizer.lr_power": POSITIVE,
     "optimizer.weight_decay": NON_NEGATIVE,
     # A negative clip norm reverses every gradient; 0 freezes the model.
     "optimizer.max_grad_norm": POSITIVE,

@@ -4,6 +4,7 @@ Cross-field rules are in `rlvr.config.checks`, loading in `rlvr.config.loading`.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -346,8 +347,16 @@ class AlgorithmConfig:
 @dataclass
 class OptimizerConfig:
     learning_rate: float = 1e-6  # AdamW's peak learning rate
-    lr_scheduler_type: str = "constant"  # linear | cosine | constant | constant_with_warmup
+    # linear | cosine | cosine_with_restarts | polynomial | constant | constant_with_warmup
+    # (transformers' schedulers of those names)
+    lr_scheduler_type: str = "constant"
     warm_up_steps: int = 0  # optimizer steps of linear warm-up
+    # Warm-up as a fraction of the run's optimizer steps (rounded up, as transformers'
+    # TrainingArguments.warmup_ratio); used when warm_up_steps is 0, refused beside it.
+    warmup_ratio: float = 0.0
+    lr_num_cycles: int = 1  # cosine_with_restarts: hard restarts over the run
+    lr_end: float = 1e-7  # polynomial: the rate it decays to, below learning_rate
+    lr_power: float = 1.0  # polynomial: the decay's power (1: linear)
     weight_decay: float = 0.0  # AdamW's decoupled weight decay
     max_grad_norm: float = 1.0  # the gradient's global norm is clipped to this
     max_consecutive_skipped_steps: int = 3  # non-finite gradients this many steps in a row: abort
@@ -482,6 +491,15 @@ class Config:
     def optimizer_steps_per_batch(self) -> int:
         """What the LR schedule counts per training step: epochs x mini-batches."""
         return self.algorithm.num_epochs * self.algorithm.num_mini_batches
+
+    @property
+    def warm_up_optimizer_steps(self) -> int:
+        """Optimizer steps of warm-up: `optimizer.warm_up_steps`, else `warmup_ratio` of the
+        run's optimizer steps, rounded up (transformers' `get_warmup_steps`)."""
+        if self.optimizer.warm_up_steps > 0:
+            return self.optimizer.warm_up_steps
+        total = self.num_training_steps * self.optimizer_steps_per_batch
+        return math.ceil(total * self.optimizer.warmup_ratio)
 
     @property
     def world_size(self) -> int:

@@ -73,6 +73,9 @@ class LearnerSettings:
     lr_scheduler_type: str
     warm_up_steps: int
     total_optimizer_steps: int
+    lr_num_cycles: int = 1  # cosine_with_restarts
+    lr_end: float = 1e-7  # polynomial
+    lr_power: float = 1.0  # polynomial
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
     betas: tuple[float, float] = (0.9, 0.999)
@@ -207,7 +210,9 @@ class Learner:
             self.trainable, lr=settings.learning_rate, betas=settings.betas,
             eps=settings.eps, weight_decay=settings.weight_decay, fused=True)
         self.scheduler = build_scheduler(settings.lr_scheduler_type, self.optimizer,
-                                         settings.warm_up_steps, settings.total_optimizer_steps)
+                                         settings.warm_up_steps, settings.total_optimizer_steps,
+                                         num_cycles=settings.lr_num_cycles,
+                                         lr_end=settings.lr_end, power=settings.lr_power)
 
     def skip_update(self, num_epochs: int) -> None:
         """A training step without a batch (every group filtered): no optimizer step, but the

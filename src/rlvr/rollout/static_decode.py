@@ -343,7 +343,9 @@ class StaticDecoder:
                 self._forward(state)
         torch.cuda.current_stream(self.device).wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        # thread_local: with asynchronous generation the learner launches work from another
+        # thread while this one captures; only this thread's calls are bound by the capture.
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
             state.logits_BV = self._forward(state)
         state.graph = graph
         self.graph_captures += 1

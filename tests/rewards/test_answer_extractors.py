@@ -37,7 +37,8 @@ def test_last_number_answer(text, key):
     (r"The largest $n$ is 34.", "34"),  # not `n`
     (r"so $t = s+5 = 3+5 = 8$", "8"),
     (r"\boxed{1}, \boxed{2}", "1,2"),  # one offer of two boxes
-    (r"\boxed{3}. Hmm maybe \boxed{4}.", None),  # a hedge: no vote
+    (r"\boxed{3}. Hmm maybe \boxed{4}.", "4"),  # the final answer, as `math` grades it
+    (r"first \boxed{4}, but wait, actually \boxed{5}", "5"),  # a self-correction
     ("no answer here", None),
 ])
 def test_math_answer(text, key):

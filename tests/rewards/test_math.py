@@ -1,4 +1,4 @@
-"""`math` and `strict_math`: Math-Verify picks and compares the answer; rlvr refuses hedges.
+"""`math` and `strict_math`: Math-Verify picks and compares the answer; rlvr grades the final one.
 
 Math-Verify's own test cases are in `conformance/`; these pin rlvr's rules and the issue-35 cases
 that rlvr's former hand-written extraction got wrong (each marked "was wrong")."""
@@ -56,9 +56,6 @@ def test_math_reads_the_answer_math_verify_reads(completion, truth):
 
 
 @pytest.mark.parametrize("completion, truth", [
-    ("The answer is \\boxed{3}. Or maybe it is \\boxed{4}.", "4"),  # two closing offers
-    ("\\boxed{3}. Hmm maybe \\boxed{4}.", "4"),
-    ("The answer is \\boxed{3}.\nThe final answer is 4.", "4"),
     ("The final answer is 3 or 4.", "3"),  # Math-Verify alone reads 3 here
     ("The final answer is 7, 8, 9.", "7"),  # and 7 here
     ("The answer is 2, 3, or 4.", "2"),
@@ -70,6 +67,26 @@ def test_math_reads_the_answer_math_verify_reads(completion, truth):
 def test_math_gives_a_hedge_nothing(completion, truth):
     assert get_verifier("math")(completion, truth) == 0.0
     assert get_verifier("strict_math")(completion, truth) == 0.0
+
+
+@pytest.mark.parametrize("completion, final, earlier", [
+    ("first \\boxed{4}, but wait, actually \\boxed{5}", "5", "4"),  # was 0 against 5
+    ("The answer is \\boxed{3}. Or maybe it is \\boxed{4}.", "4", "3"),
+    ("\\boxed{3}. Hmm maybe \\boxed{4}.", "4", "3"),
+    ("The answer is \\boxed{3}.\nThe final answer is 4.", "4", "3"),
+    ("It is \\boxed{7}, or maybe \\boxed{8}.", "8", "7"),
+])
+def test_the_final_answer_is_graded_so_self_correction_pays_and_hedging_cannot_beat_committing(
+        completion, final, earlier):
+    """A self-corrected answer ("first \\boxed{4}, but wait, actually \\boxed{5}" against 5)
+    scored 0: the two closing offers were a hedge, and Math-Verify alone reads the boxes as the set
+    {4, 5}. Math-Verify and open-instruct grade the final answer (open-instruct's
+    `MathVerifier.__call__` takes `last_boxed_only_string`); so does rlvr now. Grading only the
+    last offer, a hedge pays exactly what committing to its last candidate pays, never more: the
+    earlier candidates earn nothing."""
+    for verifier in ("math", "strict_math"):
+        assert get_verifier(verifier)(completion, final) == 1.0
+        assert get_verifier(verifier)(completion, earlier) == 0.0
 
 
 def test_the_same_answer_offered_twice_is_no_hedge():
@@ -99,6 +116,9 @@ def test_numbers_in_the_reasoning_joined_by_or_are_no_hedge():
     ("\\boxed{1}, \\boxed{2}", ["\\boxed{1}, \\boxed{2}"]),
     ("\\boxed{1}   \\boxed{2}", ["\\boxed{1}   \\boxed{2}"]),  # under 10 characters apart
     ("\\boxed{3}. Hmm maybe \\boxed{4}.", ["\\boxed{3}", "\\boxed{4}"]),
+    ("\\boxed{4}, but wait, actually \\boxed{5}", ["\\boxed{4}", "\\boxed{5}"]),  # words
+    ("\\boxed{(3, 3)} \\text{ for part (a) and } \\boxed{(1, 1)}",
+     ["\\boxed{(3, 3)} \\text{ for part (a) and } \\boxed{(1, 1)}"]),  # LaTeX text: a set
     ("\\boxed{2} is the answer, and again \\boxed{2}", ["\\boxed{2}", "\\boxed{2}"]),  # same
     ("\\boxed{\\frac{1}{2}", []),  # unclosed
     ("\\fbox{7}", ["\\fbox{7}"]),

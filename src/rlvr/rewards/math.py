@@ -10,17 +10,20 @@ comes last; failing both, an "answer: ..." phrase; failing that, the last LaTeX 
 number in the text, so "The largest $n$ is 34." answers 34, and `$t = s+5 = 3+5 = 8$` answers 8.
 A box given earlier in the reasoning does not beat a later final answer.
 
-What rlvr adds is one rule, the anti-hedging rule: an answer that offers several different
-answers at its close scores 0, even if one of them is right. Math-Verify reads neighbouring
-boxes as a set (which equals no single value), but it pays for "The final answer is 7, 8, 9"
-and "The answer is 3 or 4" (it reads the first number) and for `\\boxed{3}. Hmm maybe
-\\boxed{4}.` (4). So rlvr finds the answer's *offers* itself: box groups and "(final) answer
-is/:" phrases (`answer_offers`). The closing offers are the last one and those that precede it
-with fewer than `_SAME_ANSWER_WORDS` words between (a box given earlier and followed by more
-reasoning is a step, not an offer). The answer is a hedge, and scores 0, if the closing offers
-are not all equal to the ground truth, or if an offer's value (or, with no offer, the number
-Math-Verify took) is one of a list of plain numbers ("3 or 4", "7, 8, 9"). LaTeX lists are not
-hedges: "$x = 3$ or $x = -2$" is the set {3, -2}, the answer to a quadratic.
+What rlvr adds is one rule, the final-answer rule: only the answer's last offer is graded, so a
+self-correction ("first \\boxed{4}, but wait, actually \\boxed{5}") is paid for its final
+answer, as Math-Verify and open-instruct (`last_boxed_only_string`) grade it, and a hedge cannot
+beat committing: "\\boxed{3}. Hmm maybe \\boxed{4}" pays exactly what committing to 4 pays.
+rlvr finds the answer's *offers* itself: box groups and "(final) answer is/:" phrases
+(`answer_offers`). Boxes Math-Verify reads as one set (close, joined by "and", "or" or commas)
+are one offer, unless words stand between them ("\\boxed{4}, but wait, actually \\boxed{5}" is
+two offers; Math-Verify alone reads the set {4, 5}). When several offers close the answer
+(fewer than `_SAME_ANSWER_WORDS` words apart, `closing_offers`), the last is graded; a lone
+offer is graded as Math-Verify reads the whole answer. What stays a hedge, and scores 0: a list
+of plain numbers in the graded offer's phrase ("The final answer is 7, 8, 9", "3 or 4", which
+Math-Verify would read as their first number), or, with no offer, around the number
+Math-Verify took; a set of boxes equals no single value. LaTeX lists are not hedges:
+"$x = 3$ or $x = -2$" is the set {3, -2}, the answer to a quadratic.
 
 `strict_math` pays only an answer the completion commits to: without a box or an answer phrase
 it scores 0, and then it grades the closing offers only.
@@ -72,6 +75,9 @@ _WORD = re.compile(r"[A-Za-z]{2,}")
 # Offers with fewer words than this between them are one closing answer (two of them differing
 # is a hedge); more words between, and the earlier one was a step of the reasoning.
 _SAME_ANSWER_WORDS = 12
+# Stripped before asking whether words stand between boxes: LaTeX text and commands, so
+# `\\quad \\text{and} \\quad` and `\\text{ for part (a) and }` join a set as "and" does.
+_LATEX_COMMAND = re.compile(r"\\text\s*\{[^{}]*\}|\\[A-Za-z]+")
 _MAX_CLOSING = 16  # the most closing offers looked at (each costs a Math-Verify parse)
 
 
@@ -143,6 +149,9 @@ def box_groups(text: str) -> list[Offer]:
 
 def _same_group(text: str, before: tuple[int, int], after: tuple[int, int]) -> bool:
     between = text[before[1]:after[0]]
+    words = _WORD.findall(_LATEX_COMMAND.sub("", between))
+    if any(word.lower() not in ("and", "or") for word in words):
+        return False  # words between ("but wait, actually"): a second answer, not a set
     if len(between) < 10:
         return True
     return (len(between) < 70 and text[slice(*before)] != text[slice(*after)]
@@ -266,25 +275,17 @@ def _parse_gold(ground_truth: str) -> list:
     return gold
 
 
-def _is_hedge(answer: str, closing: list[Offer], gold: list) -> bool:
-    """The anti-hedging rule (module docstring): several closing offers that are not all the
-    ground truth, or plain numbers offered as alternatives in an offer."""
-    if any(_phrase_lists_numbers(o.text) for o in closing):
-        return True
-    return len(closing) > 1 and not all(_equal(gold, _parse(o.text)) for o in closing)
-
-
 def score_math(completion: str, ground_truth: str, committed_only: bool = False) -> float:
-    """1.0 if the completion's answer equals the ground truth and is no hedge, else 0.0."""
+    """1.0 if the completion's final answer equals the ground truth and is no hedge, else 0.0."""
     gold = _parse_gold(ground_truth)  # first, so a bad ground truth is an error every time
     answer = strip_thinking(completion)  # an answer given only while thinking is not given
     closing = closing_offers(answer)
-    if committed_only:
-        if not closing or _is_hedge(answer, closing, gold):
-            return 0.0
-        return 1.0 if _equal(gold, _parse(closing[-1].text)) else 0.0
-    if _is_hedge(answer, closing, gold):
-        return 0.0
+    if closing and _phrase_lists_numbers(closing[-1].text):
+        return 0.0  # "The final answer is 7, 8, 9": Math-Verify would pay the first
+    if committed_only or len(closing) > 1:
+        # The final offer only: an earlier one is corrected ("first \\boxed{4}, but wait,
+        # actually \\boxed{5}"), as Math-Verify and open-instruct grade the final answer.
+        return 1.0 if closing and _equal(gold, _parse(closing[-1].text)) else 0.0
     picked = _parse(answer)
     if not closing and len(picked) > 1:  # no offer: is the number Math-Verify took one of several?
         where = answer.rfind(str(picked[-1]))
@@ -343,24 +344,19 @@ def _vote_key(value: str | None) -> str | None:
 
 def math_answer(completion: str) -> str | None:
     """The answer key maj@n votes with, read as `math` reads it without Math-Verify (which is
-    too slow for the trainer's process): the closing offer's value, None for a hedge, else the
-    rightmost LaTeX expression or number; normalised."""
+    too slow for the trainer's process): the last offer's value (the final answer, as `math`
+    grades it), else the rightmost LaTeX expression or number; normalised."""
     text = strip_thinking(completion)
-    closing = closing_offers(text)
-    if not closing:
+    offers = answer_offers(text)
+    if not offers:
         return _vote_key(_rightmost_value(text))
-    values = {_vote_key(_offer_value(o)) for o in closing}
-    if len(values) > 1:
-        return None  # several different answers offered: no vote
-    return values.pop()
+    return _vote_key(_offer_value(offers[-1]))
 
 
 def strict_math_answer(completion: str) -> str | None:
     """`math_answer` for `strict_math`: only an offered (boxed or phrased) answer."""
-    text = strip_thinking(completion)
-    closing = closing_offers(text)
-    values = {_vote_key(_offer_value(o)) for o in closing}
-    return values.pop() if len(values) == 1 else None
+    offers = answer_offers(strip_thinking(completion))
+    return _vote_key(_offer_value(offers[-1])) if offers else None
 
 
 @register_verifier("math", ground_truth_check=check_ground_truth, answer_extractor=math_answer)

@@ -138,3 +138,32 @@ def test_vllm_prompt_seeds_do_not_collide_across_shares():
     # vLLM gives the k-th of n samples seed + k: keep every prompt's n = 16 seeds apart.
     starts = sorted(per_prompt)
     assert all(b - a > 16 for a, b in zip(starts, starts[1:]))
+
+
+def _group(prompt_id, rewards):
+    from rlvr.types import Sample
+
+    prompt = Prompt(id=prompt_id, messages=(), token_ids=(0,), ground_truth="", verifiers=(),
+                    source="p")
+    return [Sample(prompt, Completion([1], [-0.1], "stop", ""), r) for r in rewards]
+
+
+def test_a_prompt_retires_on_its_mean_reward_over_the_most_a_sample_can_earn():
+    """open-instruct's `process_group`: percent_solved = mean(reward_scores) / max_possible_score.
+    rlvr counted samples scoring >= 1.0, so a multi-turn win discounted to 0.9, an overlong-
+    penalised right answer (0.95) or partial credit never counted as solved, and a prompt solved
+    by every sample stayed in the draws for ever."""
+    from rlvr.producer.groups import Episodes
+
+    groups = [_group("discounted", [0.9, 0.9, 0.9, 0.9]),  # every sample won, over 2 turns
+              _group("penalised", [0.95, 1.0, 0.95, 1.0]),  # right, some a little overlong
+              _group("half", [1.0, 0.0, 1.0, 0.0]),
+              _group("partial", [0.5, 0.5, 0.5, 0.5])]
+    episodes = Episodes(groups=groups, outcomes=[[] for _ in groups])
+    assert solved_prompt_ids(episodes, pass_rate=0.9) == ["discounted", "penalised"]
+    assert solved_prompt_ids(episodes, pass_rate=0.5) == ["discounted", "penalised", "half",
+                                                          "partial"]
+    # With an added format bonus of 1 a sample can earn 2: full marks without it are half.
+    bonus = RewardShaping(format_reward=True, format_reward_value=1.0, additive_format_reward=True)
+    assert bonus.max_reward == 2.0 and RewardShaping().max_reward == 1.0
+    assert solved_prompt_ids(episodes, pass_rate=0.9, max_reward=bonus.max_reward) == []

@@ -307,7 +307,8 @@ class AlgorithmConfig:
     max_steps_without_update: int = 10
     active_sampling: bool = False  # draw more prompts until the batch has enough non-flat groups
     active_sampling_max_rounds: int = 4  # bound on generation rounds per step
-    no_resampling_pass_rate: Optional[float] = None  # retire prompts solved at this rate or more
+    # retire a prompt whose mean reward over the most a sample earns is at least this (open-instruct)
+    no_resampling_pass_rate: Optional[float] = None
     loss_denominator: Optional[float] = None  # None: total response tokens; a number: Dr.GRPO
     non_stop_penalty: bool = False  # give truncated completions non_stop_penalty_value
     non_stop_penalty_value: float = 0.0  # reward of a truncated completion when penalised

@@ -28,6 +28,13 @@ class RewardShaping:
     format_reward_value: float = 1.0
     additive_format_reward: bool = False
 
+    @property
+    def max_reward(self) -> float:
+        """The most a sample can earn: full marks from the verifier (1), plus the format bonus
+        when it is added (penalties only take away). open-instruct's `max_possible_score`."""
+        bonus = self.format_reward_value if self.format_reward and self.additive_format_reward else 0
+        return 1.0 + max(0.0, bonus)
+
 
 @dataclass
 class Episodes:

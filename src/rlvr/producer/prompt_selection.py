@@ -92,12 +92,16 @@ def _with_signal(episodes: Episodes) -> Episodes:
                     outcomes=[o for o, k in zip(episodes.outcomes, keep) if k])
 
 
-def solved_prompt_ids(episodes: Episodes, pass_rate: float) -> list[str]:
-    """Prompts whose samples scored full marks at least `pass_rate` of the time. Give it every
-    group the step sampled (`Collected.sampled`), not only those kept for training."""
+def solved_prompt_ids(episodes: Episodes, pass_rate: float, max_reward: float = 1.0
+                      ) -> list[str]:
+    """Prompts whose samples' mean reward is at least `pass_rate` of the most a sample can earn
+    (`RewardShaping.max_reward`), as open-instruct's `process_group` judges `percent_solved`.
+    Counting samples at full marks (>= 1) instead, a discounted multi-turn win, an overlong-
+    penalised right answer or partial credit never counted as solved. Give it every group the
+    step sampled (`Collected.sampled`), not only those kept for training."""
     solved = []
     for group in episodes.groups:
-        rate = sum(s.reward >= 1.0 for s in group) / len(group)
+        rate = sum(s.reward for s in group) / len(group) / max_reward
         if rate >= pass_rate:
             solved.append(group[0].prompt.id)
     return solved

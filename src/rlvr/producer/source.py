@@ -78,7 +78,8 @@ class EpisodeSource:
             sampled, getattr(self.scorer, "timeout_s", 0.0)))
         if s.retire_pass_rate is not None:
             with self._lock:
-                self.mixer.retire(solved_prompt_ids(sampled, s.retire_pass_rate))
+                self.mixer.retire(solved_prompt_ids(sampled, s.retire_pass_rate,
+                                                     s.shaping.max_reward))
                 metrics["batch/retired_prompts"] = float(len(self.mixer.retired))
         metrics["time/generation"] = time.perf_counter() - start
         return episodes, metrics

@@ -19,7 +19,7 @@ from rlvr.data.errors import DataError
 from rlvr.distributed.learner_group import LearnerGroupError
 from rlvr.interrupts import (EngineLost, EngineUnavailable, LearnerLost, NoLearningSignal,
                              NumericalFault, ResumeRefused, RunFinished, SaveFailed,
-                             SlurmJobFailed, TrainingInterrupted, VerifierFault)
+                             RunUnhealthy, SlurmJobFailed, TrainingInterrupted, VerifierFault)
 from rlvr.learner.memory_plan import MemoryPlanError
 from rlvr.serving.auth import ServerKeyError
 from rlvr.serving.server import ServerStartError
@@ -356,6 +356,8 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(e, 7)
     except (LearnerLost, LearnerGroupError) as e:  # a learner rank died, raised or hung
         return _fail(e, 8)
+    except RunUnhealthy as e:  # a health gate: the run was surely wasted (`rlvr.health`)
+        return _fail(e, 9)
     except SlurmJobFailed as e:  # the job's own exit code (the trainer's, when it ran)
         return _fail(e, e.exit_code)
 

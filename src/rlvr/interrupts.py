@@ -52,6 +52,16 @@ class NoLearningSignal(RuntimeError):
     message says why the rewards may be flat."""
 
 
+class RunUnhealthy(RuntimeError):
+    """A health gate that marks a run as surely wasted (`rlvr.health`: the engine samples from
+    another policy than the learner trains) held for `health.stop_after_steps` steps; the
+    state is saved, and the message names the signal, its value, its bound and the causes."""
+
+    def __init__(self, message: str, gate: str):
+        super().__init__(message)
+        self.gate = gate
+
+
 class LearnerLost(RuntimeError):
     """A learner rank failed (raised, died or timed out): its shards are gone, so no state can
     be saved; the message names the rank's report and the last state saved before."""

@@ -7,7 +7,9 @@
 - streaks of steps that teach nothing (`Streaks`): non-finite gradients (exit 3) and every
   sample failing its verifier (`note_verification`; exit 5), both `check_streaks`; no
   learning signal at all, no sample with a non-zero advantage (`check_learning_signal`;
-  exit 6).
+  exit 6);
+- a health gate that marks the run as surely wasted (`check_health`, `rlvr.health`: engine
+  and learner disagree on the logprobs of the same tokens); exit 9. The other gates warn.
 What it is not: recognising an engine fault or a failed verification (`rlvr.faults`), the exit
 codes (`rlvr.cli`), or taking the state (`rlvr.run_state`).
 """
@@ -23,8 +25,9 @@ from rlvr.checkpoint import save_model_checkpoint
 from rlvr.checkpoint.state import save_state
 from rlvr.checkpoint.state import list_states
 from rlvr.faults import engine_fault, in_chain, learner_fault, verification_failure
-from rlvr.interrupts import (EngineLost, LearnerLost, NoLearningSignal, NumericalFault, StopOnSignal,
-                             TrainingInterrupted, VerifierFault)
+from rlvr.health import read_gates
+from rlvr.interrupts import (EngineLost, LearnerLost, NoLearningSignal, NumericalFault,
+                             RunUnhealthy, StopOnSignal, TrainingInterrupted, VerifierFault)
 from rlvr.producer.groups import Episodes
 from rlvr.run_state import capture_state, has_state
 
@@ -216,3 +219,29 @@ def _no_signal_message(run: Run, step: int, streaks: Streaks, limit: int) -> str
             f"{step}; algorithm.max_steps_without_update={limit}): {why}. The training state "
             f"of step {step} is in {run.state_dir}; to go on regardless, rerun with a higher "
             "algorithm.max_steps_without_update (0: never stop)")
+
+
+def check_health(run: Run, step: int, metrics: dict[str, float], streaks: Streaks) -> None:
+    """The run's health after step `step`, its row the last of `run.history`: the
+    learning-signal stop (`check_learning_signal`), then every gate of `rlvr.health`, each
+    crossed one a warning, and a gate that marks the run as wasted a stop with the step's
+    state saved (`RunUnhealthy`, exit 9). Called once per step, after the state due is saved."""
+    check_learning_signal(run, step, metrics, streaks)
+    cfg = run.cfg
+    findings = read_gates(cfg.health, run.history, cfg.rollout.num_samples_per_prompt_rollout)
+    for finding in findings:
+        if not finding.stop:
+            log.warning("step %d: health: %s", step, finding.message)
+    stop = next((f for f in findings if f.stop), None)
+    if stop is None:
+        return
+    skipped = bool(metrics.get("optim/skipped_steps"))  # never the "last good" state
+    if not skipped and not has_state(run, step):
+        save_state(capture_state(run, step), run.state_dir, cfg.checkpoint.keep_last_n_states)
+    where = (last_state_saved(run) if skipped
+             else f"the training state of step {step} is in {run.state_dir}")
+    raise RunUnhealthy(
+        f"step {step}: {stop.message}. The run stops (health gate '{stop.gate}', "
+        f"health.stop_after_steps={cfg.health.stop_after_steps}); {where}. Fix the cause and "
+        "rerun to resume; to go on regardless, raise the bound named (health.enabled=false "
+        "reads no gate)", stop.gate)

@@ -39,7 +39,7 @@ from rlvr.producer.training_batch import BatchSettings, build_training_batch
 from rlvr.rewards.canary import run_canary
 # Taking and putting back a run's state, and stopping a run on purpose, each a module of its own.
 from rlvr.run_state import capture_state, restore_state, step_start, sync_weights
-from rlvr.stopping import (Streaks, UnsyncedStep, check_learning_signal, check_streaks,
+from rlvr.stopping import (Streaks, UnsyncedStep, check_health, check_streaks,
                            note_verification, stop_between_steps, stop_if_engine_fault)
 from rlvr.types import PackedBatch, Sample
 
@@ -158,6 +158,7 @@ def update_metrics(run: Run, result: UpdateResult) -> dict[str, float]:
         "policy/entropy_avg": result.entropy_sum / n,
         "debug/engine_vs_local_logprob_diff_mean": result.engine_diff_sum / n,
         "debug/engine_vs_local_logprob_diff_max": result.engine_diff_max,
+        "debug/engine_vs_local_kl": result.engine_kl_sum / n,  # KL(engine || local), k3
         "optim/grad_norm": result.grad_norm,
         "optim/lr": result.learning_rate,
         "optim/skipped_steps": float(result.skipped_steps),
@@ -326,7 +327,7 @@ def _finish_step(run: Run, stop: StopOnSignal, step: int, metrics: dict[str, flo
         save_state(capture_state(run, step, wait=stop.signum is None,
                                  should_stop=lambda: stop.signum is not None),
                    run.state_dir, cfg.checkpoint.keep_last_n_states)
-    check_learning_signal(run, step, metrics, streaks)
+    check_health(run, step, metrics, streaks)  # warnings, and stops (`rlvr.health`)
     if stop.signum is not None and step < cfg.num_training_steps:
         raise TrainingInterrupted(stop.signum, step, str(run.state_dir), saved=not skipped)
 

@@ -362,6 +362,14 @@ def _check_schedule(errors: list[str], o) -> None:
                       f"below optimizer.learning_rate={o.learning_rate:g}: the rate decays to it")
 
 
+def _check_health(errors: list[str], h) -> None:
+    for what in ("logprob_diff", "kl"):
+        warn, stop = getattr(h, f"mismatch_warn_{what}"), getattr(h, f"mismatch_stop_{what}")
+        if warn > stop:
+            errors.append(f"health.mismatch_warn_{what}={warn} is above health.mismatch_stop_"
+                          f"{what}={stop}: the warning comes before the stop")
+
+
 def validate(cfg: Config) -> None:
     """Cross-field rules. Collects every problem, then fails once naming all the fields."""
     # Every number finite and in its range (`rlvr.config.ranges`); the rules below relate them.
@@ -397,6 +405,7 @@ def validate(cfg: Config) -> None:
     _check_mini_batches(errors, cfg)
     _check_lora(errors, cfg)
     _check_schedule(errors, cfg.optimizer)
+    _check_health(errors, cfg.health)
     _choice(errors, "rollout.dtype", r.dtype, {"auto", "float32", "bfloat16"})
     _choice(errors, "rollout.transformers_decode", r.transformers_decode,
             {"auto", "static", "dynamic"})

@@ -213,6 +213,20 @@ RANGES: dict[str, Range] = {
     "eval.response_length": AT_LEAST_ONE,
     # logging
     "logging.peak_flops": POSITIVE,
+    # health (bounds of signals; the warn bounds lie below the stop bounds, rlvr.config.checks)
+    "health.mismatch_warn_logprob_diff": POSITIVE,
+    "health.mismatch_stop_logprob_diff": POSITIVE,
+    "health.mismatch_warn_kl": POSITIVE,
+    "health.mismatch_stop_kl": POSITIVE,
+    "health.stop_after_steps": AT_LEAST_ONE,
+    "health.window_steps": Range(low=2, why="two halves of at least a step each"),
+    "health.hacking_evals": Range(low=2, why="a trend needs two evals"),
+    "health.reward_rise": POSITIVE,
+    "health.flat_reward": POSITIVE,
+    "health.length_growth": POSITIVE,
+    "health.entropy_min": NON_NEGATIVE,
+    "health.clipfrac_max": UNIT_OPEN_LOW,
+    "health.verifier_error_rate_max": UNIT_OPEN_LOW,
 }
 
 

@@ -446,6 +446,31 @@ class LoggingConfig:
 
 
 @dataclass
+class HealthConfig:
+    """The run's health gates (`rlvr.health`, docs/health.md): each step, signals read from
+    its metrics and the run's history, a warning when one crosses its bound, and a stop (exit
+    9, the state saved) where the run is surely wasted."""
+
+    enabled: bool = True  # false: no gate is read (the verifier and learning-signal stops stay)
+    # Sampler/trainer mismatch, over the step's response tokens before any update of its batch:
+    # mean |engine - learner| logprob (debug/engine_vs_local_logprob_diff_mean)
+    mismatch_warn_logprob_diff: float = 0.1
+    mismatch_stop_logprob_diff: float = 0.5  # stop past it (stop_after_steps in a row)
+    mismatch_warn_kl: float = 0.02  # KL(engine || learner) per token (debug/engine_vs_local_kl)
+    mismatch_stop_kl: float = 0.25  # stop past it (stop_after_steps in a row)
+    stop_after_steps: int = 2  # steps in a row past a stop bound before the run stops
+    window_steps: int = 10  # the trend gates compare the halves of the last this many steps
+    hacking_evals: int = 3  # reward against held-out: the trend over the last this many evals
+    reward_rise: float = 0.05  # a training reward rising at least this much (absolute) rises
+    # a reward or held-out pass@1 moving up less than this (absolute) is flat (or falls)
+    flat_reward: float = 0.02
+    length_growth: float = 0.3  # responses this fraction longer (second half / first) grow
+    entropy_min: float = 0.01  # policy entropy in nats per token: warn below
+    clipfrac_max: float = 0.3  # share of policy tokens clipped (policy/clipfrac_avg): warn above
+    verifier_error_rate_max: float = 0.1  # share of samples the verifier failed: warn above
+
+
+@dataclass
 class Config:
     experiment: ExperimentConfig = field(default_factory=ExperimentConfig)  # name, seed, size
     model: ModelConfig = field(default_factory=ModelConfig)  # the policy, device, precision
@@ -458,6 +483,7 @@ class Config:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)  # saves, resume
     eval: EvalConfig = field(default_factory=EvalConfig)  # in-loop and `rlvr eval` scoring
     logging: LoggingConfig = field(default_factory=LoggingConfig)  # metrics, tracking, traces
+    health: HealthConfig = field(default_factory=HealthConfig)  # the run's health gates
 
     @property
     def samples_per_step(self) -> int:

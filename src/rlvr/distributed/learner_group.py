@@ -66,6 +66,7 @@ def combine_results(results: list[UpdateResult], seconds: float) -> UpdateResult
         entropy_sum=sum(r.entropy_sum for r in results),
         engine_diff_sum=sum(r.engine_diff_sum for r in results),
         engine_diff_max=max(r.engine_diff_max for r in results),
+        engine_kl_sum=sum(r.engine_kl_sum for r in results),
         grad_norm=first.grad_norm, learning_rate=first.learning_rate,
         skipped_steps=first.skipped_steps, seconds=seconds, memory=memory)
 

@@ -112,6 +112,8 @@ class UpdateResult:
     # `memory/*` gauges of the learner's device after the update (`rlvr.device`); across
     # ranks, the largest of each.
     memory: dict[str, float] = field(default_factory=dict)
+    # sum over response tokens of KL(engine || local), k3 estimate, first epoch (as the diff)
+    engine_kl_sum: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -129,14 +131,17 @@ class _FirstPassStats:
     """Entropy and engine-gap sums over the response tokens of the pre-update passes."""
 
     def __init__(self) -> None:
-        self.entropy_sum = self.diff_sum = self.diff_max = 0.0
+        self.entropy_sum = self.diff_sum = self.diff_max = self.kl_sum = 0.0
 
     def add(self, mb: PackedBatch, logprobs_RL: torch.Tensor,
             entropy_RL: torch.Tensor) -> None:
         mask_RL = mb.response_mask_RL
         self.entropy_sum += float(entropy_RL[mask_RL].sum())
-        diff = (logprobs_RL - mb.engine_logprobs_RL)[mask_RL].abs()
+        log_ratio = (logprobs_RL - mb.engine_logprobs_RL)[mask_RL]  # log(local / engine)
+        diff = log_ratio.abs()
         self.diff_sum += float(diff.sum())
+        # k3 (Schulman): r - 1 - log r >= 0, unbiased for KL(engine || local) on engine samples
+        self.kl_sum += float((torch.expm1(log_ratio) - log_ratio).sum())
         self.diff_max = max(self.diff_max, float(diff.max()) if diff.numel() else 0.0)
 
 
@@ -361,7 +366,8 @@ class Learner:
             num_tokens=sum(b.num_tokens for b in batches),
             num_sequences=sum(b.num_sequences for b in batches),
             entropy_sum=stats.entropy_sum, engine_diff_sum=stats.diff_sum,
-            engine_diff_max=stats.diff_max, grad_norm=grad_norm, learning_rate=learning_rate,
+            engine_diff_max=stats.diff_max, engine_kl_sum=stats.kl_sum,
+            grad_norm=grad_norm, learning_rate=learning_rate,
             skipped_steps=skipped, seconds=time.perf_counter() - start,
             memory=memory_metrics(self.device))
 

@@ -1,0 +1,78 @@
+"""The health gates wired into real runs (`rlvr.stopping.check_health`): an engine whose
+weights differ from the learner's stops the run with exit 9, its state saved, naming the
+signal and the causes; the tiny config's run crosses no gate. The gates' logic on rows made by
+hand: tests/test_health.py."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import torch
+
+from rlvr.checkpoint.state import load_latest_state
+from rlvr.cli import main
+from rlvr.rollout import transformers_engine
+
+TINY = ["configs/tiny.yaml", "rollout.response_length=8", "algorithm.filter_zero_std_samples=false",
+        "logging.progress_bar=false", "rewards.num_workers=0"]
+
+
+def _perturb(model: torch.nn.Module) -> None:
+    """The engine's weights moved off the learner's, as a stale or wrong weight sync leaves
+    them (seeded: the same noise every run)."""
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=gen) * PERTURBATION)
+
+
+PERTURBATION = 0.5
+
+
+def _perturbed_engine(monkeypatch) -> None:
+    engine = transformers_engine.TransformersEngine
+    init, update = engine.__init__, engine.update_weights
+
+    def perturbed_init(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        _perturb(self.model)
+
+    def perturbed_update(self, *args, **kwargs):
+        update(self, *args, **kwargs)
+        _perturb(self.model)
+
+    monkeypatch.setattr(engine, "__init__", perturbed_init)
+    monkeypatch.setattr(engine, "update_weights", perturbed_update)
+
+
+def test_an_engine_off_the_learners_weights_stops_the_run_with_exit_9(tmp_path, monkeypatch,
+                                                                       capsys):
+    out = tmp_path / "run"
+    _perturbed_engine(monkeypatch)
+    code = main(["train", *TINY, "experiment.total_episodes=96", "eval.local_eval_every=0",
+                 "eval.eval_at_start=false", "checkpoint.checkpoint_state_freq=0",
+                 f"experiment.output_dir={out}"])
+    err = capsys.readouterr().err
+    assert code == 9, err
+    assert "step 2: sampler/trainer mismatch" in err
+    assert "in 2 updates in a row" in err and "health gate 'mismatch'" in err
+    for cause in ("chat template or tokenizer", "stale or missing", "dtype drift"):
+        assert cause in err
+    assert load_latest_state(out / "state").step == 2  # saved, though no state was due
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert all(r["debug/engine_vs_local_logprob_diff_mean"] > 0.5 for r in rows[1:])
+
+
+def test_the_tiny_configs_run_crosses_no_gate(tmp_path, caplog):
+    with caplog.at_level(logging.WARNING, logger="rlvr.stopping"):
+        code = main(["train", "configs/tiny.yaml", "logging.progress_bar=false",
+                     "rewards.num_workers=0", "experiment.total_episodes=64",
+                     f"experiment.output_dir={tmp_path / 'run'}"])
+    assert code == 0
+    assert not [r for r in caplog.records if "health" in r.getMessage()]
+    rows = [json.loads(line) for line in
+            (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    diffs = [r["debug/engine_vs_local_logprob_diff_mean"] for r in rows
+             if "debug/engine_vs_local_logprob_diff_mean" in r]
+    assert diffs and max(diffs) < 0.01  # the gate read an agreeing engine

@@ -40,15 +40,18 @@ def test_each_mini_batch_loss_has_its_own_denominator():
     batch = pack_sequences(seqs, pack_length=4)
     cfg = load_config(TINY, ["algorithm.num_mini_batches=2",
                              "algorithm.gradient_accumulation_steps=3"])
-    mini = training_mini_batches(cfg, batch)
-    assert [m.loss.params.denominator for m in mini] == [4.0, 6.0]
+    mini = training_mini_batches(cfg, batch, step=1)
+    # rows permuted (seeded by the step): each denominator is its own part's token count
+    assert [m.loss.params.denominator for m in mini] == \
+        [float(m.batch.num_response_tokens) for m in mini]
+    assert sum(m.loss.params.denominator for m in mini) == 10.0
     assert [m.num_micro_batches for m in mini] == [3, 3]
     grpo = load_config(TINY, ["algorithm.num_mini_batches=2", "algorithm.loss_fn=grpo",
                               "algorithm.gradient_accumulation_steps=1"])
-    assert [m.loss.params.denominator for m in training_mini_batches(grpo, batch)] == [2.0, 2.0]
+    assert [m.loss.params.denominator for m in training_mini_batches(grpo, batch, 1)] == [2.0, 2.0]
     constant = load_config(TINY, ["algorithm.num_mini_batches=2", "algorithm.loss_denominator=64",
                                   "algorithm.gradient_accumulation_steps=1"])
-    assert [m.loss.params.denominator for m in training_mini_batches(constant, batch)] == \
+    assert [m.loss.params.denominator for m in training_mini_batches(constant, batch, 1)] == \
         [64.0, 64.0]
 
 

@@ -37,6 +37,7 @@ from rlvr.producer.groups import Episodes
 from rlvr.producer.staleness import drop_stale_groups, staleness_metrics
 from rlvr.producer.training_batch import BatchSettings, build_training_batch
 from rlvr.rewards.canary import run_canary
+from rlvr.rollout.seeds import derive_seed
 # Taking and putting back a run's state, and stopping a run on purpose, each a module of its own.
 from rlvr.run_state import capture_state, restore_state, step_start, sync_weights
 from rlvr.stopping import (Streaks, UnsyncedStep, check_health, check_streaks,
@@ -74,7 +75,7 @@ def one_training_step(run: Run, step: int, produced: tuple[Episodes, dict[str, f
         # The schedule counts optimizer steps: those this training step would have taken.
         run.learner.skip_update(cfg.optimizer_steps_per_batch)
     else:
-        mini_batches = training_mini_batches(cfg, training.batch)
+        mini_batches = training_mini_batches(cfg, training.batch, step)
         with timer("training"), engine_asleep(run):
             result = run.learner.update_mini_batches(mini_batches, num_epochs=a.num_epochs,
                                                      temperature=cfg.rollout.temperature)
@@ -106,17 +107,19 @@ def one_training_step(run: Run, step: int, produced: tuple[Episodes, dict[str, f
     return metrics
 
 
-def training_mini_batches(cfg: Config, batch: PackedBatch) -> list[MiniBatch]:
-    """The batch's `algorithm.num_mini_batches` mini-batches (`split_mini_batches`), each with
-    its loss bound to its own count as denominator (open-instruct's per-mini-batch token count;
-    a constant `loss_denominator` stays constant), so a micro-batch or rank split of a
-    mini-batch never changes its gradient."""
+def training_mini_batches(cfg: Config, batch: PackedBatch, step: int) -> list[MiniBatch]:
+    """The batch's `algorithm.num_mini_batches` mini-batches (`split_mini_batches`, rows
+    permuted with a seed of the run's seed and `step`), each with its loss bound to its own
+    count as denominator (open-instruct's per-mini-batch token count; a constant
+    `loss_denominator` stays constant), so a micro-batch or rank split of a mini-batch never
+    changes its gradient."""
     a = cfg.algorithm
     per = normalization_unit(a.loss_fn)
     rho = (RhoCorrection(a.rho_clamp_lower, a.rho_clamp_upper, a.rho_mask)
            if cfg.uses_rho_correction else None)
     out = []
-    for part in split_mini_batches(batch, a.num_mini_batches):
+    seed = derive_seed(cfg.experiment.seed, step=step, mini_batch_order=1)
+    for part in split_mini_batches(batch, a.num_mini_batches, seed):
         params = LossParams(
             clip_lower=a.clip_lower, clip_higher=a.clip_higher, beta=a.beta,
             kl_estimator=a.kl_estimator,

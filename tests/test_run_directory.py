@@ -1,7 +1,8 @@
 """What `rlvr train` does in a directory that holds an earlier run, end to end:
-- `checkpoint.resume=false` there is refused (exit 2) with every file of the earlier run left
-  as it was (it was accepted: the two runs' metrics mixed, and keep-last-N deleted the new
-  run's states for the old run's, which a later rerun resumed);
+- `checkpoint.resume=false` there starts over, the earlier run moved aside whole to
+  `<dir>.old-1` (it was first accepted into the same directory: the two runs' metrics mixed,
+  and keep-last-N deleted the new run's states for the old run's; then refused, exit 2, so
+  the documented way to start over did not);
 - a finished run whose last state is older than its last step is finished on rerun (exit 0,
   `final/` untouched), where it used to train its last steps again.
 The decisions themselves, case by case: `tests/checkpoint/test_resume_guard.py`."""
@@ -25,23 +26,22 @@ def _steps(out):
     return [json.loads(line)["training_step"] for line in (out / "metrics.jsonl").open()]
 
 
-def test_resume_false_in_a_directory_holding_an_earlier_run_is_refused(tmp_path, capsys):
+def test_resume_false_in_a_directory_holding_an_earlier_run_moves_it_aside(tmp_path, caplog):
     out = tmp_path / "run"
     base = ["train", *RUN, "checkpoint.checkpoint_state_freq=1", "checkpoint.save_final=false",
             f"experiment.output_dir={out}"]
     assert main([*base, "experiment.total_episodes=96"]) == 0  # run A: 6 steps
-    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
-    capsys.readouterr()
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
     code = main([*base, "experiment.total_episodes=48", "experiment.seed=7",
                  "checkpoint.resume=false"])  # run B: 3 steps, a new run in A's directory
-    err = capsys.readouterr().err
-    assert code == 2, err
-    assert f"checkpoint.resume=false starts a new run, but {out} holds an earlier one" in err
-    assert "its metrics reach step 6" in err and "Use a new experiment.output_dir" in err
-    assert "Traceback" not in err
-    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
-    assert [p.name for p in list_states(out / "state")] == ["step_000005", "step_000006"]
-    assert _steps(out) == [0, 1, 2, 3, 4, 5, 6]
+    assert code == 0
+    aside = tmp_path / "run.old-1"
+    assert f"the earlier run in {out} was moved to {aside}" in caplog.text
+    assert {p.relative_to(aside): p.read_bytes() for p in aside.rglob("*") if p.is_file()} == before
+    assert [p.name for p in list_states(aside / "state")] == ["step_000005", "step_000006"]
+    assert _steps(aside) == [0, 1, 2, 3, 4, 5, 6]
+    assert _steps(out) == [0, 1, 2, 3]
+    assert [p.name for p in list_states(out / "state")] == ["step_000002", "step_000003"]
 
 
 def test_rerunning_a_finished_run_whose_last_state_is_older_trains_nothing(tmp_path, capsys):

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from rlvr.checkpoint import write_text_atomic
+from rlvr.checkpoint.rerun import check_rerun, config_path, move_aside
 from rlvr.checkpoint.resume import plan_resume
 from rlvr.checkpoint.state import TrainingState
 from rlvr.config import Config, ConfigError, to_dict, to_yaml, warnings_for
@@ -157,18 +158,24 @@ def plan_start(cfg: Config) -> StartPlan:
     """The checks of a run's input and directory, before any model loads, with nothing
     written: the process prepared, the run's directories checked (`check_run_paths`), the
     prompts built (data, chat template, verifiers, the model's positions), the code sandbox
-    decided, and where the run starts (`plan_resume`: the state to resume, or
-    RunFinished / ResumeRefused). `build_run` makes it unless it is handed one: a launcher that
-    starts servers or learner ranks before training makes it first, so that bad input, a
-    finished run or a refused resume starts nothing, and hands it on, so nothing is read
-    twice (a resumed state can be tens of GB)."""
+    decided, and where the run starts (`check_rerun`: a changed config is another run,
+    refused naming the fields; `plan_resume`: the state to resume, or RunFinished /
+    ResumeRefused). The one thing it may write comes last: starting over
+    (`checkpoint.resume=false`) moves an earlier run aside (`move_aside`). `build_run` makes it
+    unless it is handed one: a launcher that starts servers or learner ranks before training
+    makes it first, so that bad input, a finished run or a refused resume starts nothing, and
+    hands it on, so nothing is read twice (a resumed state can be tens of GB)."""
     prepare_process(cfg)
     check_run_paths(cfg)  # the run's and its states' directories can be made
     model_dir, tokenizer, data = build_data(cfg, trains=True)
     check_code_sandbox(cfg, data)  # before the scorer: its workers inherit the decision
-    # Refuses to start over beside an earlier run, or says it is finished (`plan_resume`).
-    state = plan_resume(Path(cfg.experiment.output_dir), state_dir_of(cfg), cfg.checkpoint.resume,
-                        cfg.num_training_steps, cfg.checkpoint.save_final)
+    output_dir, state_dir = Path(cfg.experiment.output_dir), state_dir_of(cfg)
+    if cfg.checkpoint.resume:  # another config's run is not continued (nor called finished)
+        check_rerun(output_dir, state_dir, to_yaml(cfg))
+    state = plan_resume(output_dir, state_dir, cfg.checkpoint.resume, cfg.num_training_steps,
+                        cfg.checkpoint.save_final)
+    if not cfg.checkpoint.resume:  # starting over keeps the earlier run, moved aside
+        move_aside(output_dir, state_dir)
     return StartPlan(PromptData(model_dir, tokenizer, data), state)
 
 
@@ -216,7 +223,7 @@ def build_run(cfg: Config, start: StartPlan | None = None) -> Run:
     log.info("compute: %s", devices.describe())
     # Every check passed: from here on the run writes.
     output_dir.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(output_dir / "config.yaml", to_yaml(cfg))
+    write_text_atomic(config_path(output_dir), to_yaml(cfg))  # what a rerun compares
     learner = build_learner(cfg, model_dir, policy, devices)
     eos_ids = tuple(sorted({tokenizer.eos_token_id} | _generation_eos_ids(policy)))
     engine = build_engine(cfg, model_dir, eos_ids, tokenizer.pad_token_id, devices)

@@ -169,7 +169,8 @@ def test_states_that_all_fail_stop_the_run_naming_them_and_the_fix(tmp_path):
         _plan(tmp_path)
     message = str(refused.value)
     assert "step_000001: trainer.pt does not match its checksum" in message
-    assert "step_000002" in message and "checkpoint.resume=false starts fresh" in message
+    assert "step_000002" in message and "start over with rlvr train --overwrite" in message
+    assert f"moves {tmp_path} aside to {tmp_path}.old-1" in message
     assert "new experiment.output_dir" in message
 
 
@@ -218,10 +219,6 @@ def test_an_earlier_run_without_states_is_not_started_over(tmp_path):
     (tmp_path / "metrics.jsonl").write_text('{"training_step": 0}\n{"training_step": 2}\n')
     with pytest.raises(ResumeRefused, match="its metrics reach step 2.*continue it to step 6"):
         _plan(tmp_path)
-    from rlvr.checkpoint.resume import plan_resume
-
-    with pytest.raises(ResumeRefused, match="resume=false starts a new run"):  # nor fresh
-        plan_resume(tmp_path, tmp_path / "state", False, 6)
     (tmp_path / "metrics.jsonl").write_text('{"training_step": 0}\n')
     assert _plan(tmp_path) is None  # nothing trained yet: starting over loses nothing
     (tmp_path / "final").mkdir()  # a finished shorter run, more steps asked, no state
@@ -229,29 +226,28 @@ def test_an_earlier_run_without_states_is_not_started_over(tmp_path):
         _plan(tmp_path)
 
 
-def test_resume_false_refuses_a_directory_holding_an_earlier_run(tmp_path):
-    """It was accepted: the new run appended to the old metrics, and keep-last-N (by step
-    number) deleted the new run's states for the old run's, which a rerun then resumed."""
-    from rlvr.checkpoint.resume import plan_resume
-    from rlvr.interrupts import ResumeRefused
+def test_starting_over_moves_an_earlier_run_aside_whole(tmp_path, caplog):
+    """`checkpoint.resume=false` was refused wherever an earlier run was (and before that
+    appended to it); now the earlier run is moved to `<dir>.old-N`, states kept elsewhere
+    too, and the move is logged; a directory with nothing trained is left as it is."""
+    from rlvr.checkpoint.rerun import move_aside
 
-    def fresh(out, state_dir=None):
-        return plan_resume(out, state_dir or out / "state", False, 6)
-
-    (tmp_path / "a" / "metrics.jsonl").parent.mkdir()
+    (tmp_path / "a").mkdir()
     (tmp_path / "a" / "metrics.jsonl").write_text('{"training_step": 0}\n')
-    assert fresh(tmp_path / "a") is None  # only the untrained model's eval: nothing to lose
-    assert fresh(tmp_path / "empty") is None
+    assert move_aside(tmp_path / "a", tmp_path / "a" / "state") == []  # nothing to lose
+    assert move_aside(tmp_path / "empty", tmp_path / "empty" / "state") == []
     save_state(_state(5), tmp_path / "elsewhere")  # states in checkpoint.checkpoint_state_dir
-    with pytest.raises(ResumeRefused, match=r"holds an earlier one \(1 training state\(s\) in "
-                                            r".*elsewhere\).*Use a new experiment.output_dir"):
-        fresh(tmp_path / "b", tmp_path / "elsewhere")
-    (tmp_path / "c" / "checkpoints" / "step_000003").mkdir(parents=True)  # save_freq, no states
-    with pytest.raises(ResumeRefused, match=r"1 model checkpoint\(s\) in .*c/checkpoints"):
-        fresh(tmp_path / "c")
-    (tmp_path / "d" / "final").mkdir(parents=True)
-    with pytest.raises(ResumeRefused, match="its model is in .*d/final.*delete the earlier"):
-        fresh(tmp_path / "d")
+    (tmp_path / "b").mkdir()
+    assert move_aside(tmp_path / "b", tmp_path / "elsewhere") == [
+        (tmp_path / "b", tmp_path / "b.old-1"),
+        (tmp_path / "elsewhere", tmp_path / "elsewhere.old-1")]
+    assert [p.name for p in list_states(tmp_path / "elsewhere.old-1")] == ["step_000005"]
+    for number in (1, 2):  # a second start over keeps the first one's earlier run too
+        (tmp_path / "c" / "checkpoints" / "step_000003").mkdir(parents=True)
+        assert move_aside(tmp_path / "c", tmp_path / "c" / "state") == [
+            (tmp_path / "c", tmp_path / f"c.old-{number}")]
+    assert (tmp_path / "c.old-1" / "checkpoints" / "step_000003").is_dir()
+    assert f"the earlier run in {tmp_path / 'c'} was moved to {tmp_path / 'c.old-2'}" in caplog.text
 
 
 def _metrics_to(path, last):

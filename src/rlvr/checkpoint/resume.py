@@ -1,13 +1,12 @@
 """Where a run starts: fresh, from its latest good training state, or not at all.
 
-`plan_resume` decides before any model loads or any file is written. A run never starts over
-silently in a directory that holds an earlier run:
-- `checkpoint.resume=false` where an earlier run left trained steps, states, model checkpoints
-  or a final model: `ResumeRefused`, since the two runs' metrics would mix and keep-last-N
-  (by step number) would delete the new run's states for the old run's;
+`plan_resume` decides before any model loads or any file is written, once `rlvr.checkpoint.rerun`
+has found the rerun's config to be the earlier run's (or a longer run of it). A run never
+starts over silently in a directory that holds an earlier run:
+- `checkpoint.resume=false` (`rlvr train --overwrite`) starts at step 0: the caller has moved
+  the earlier run aside first (`rerun.move_aside`);
 - states exist but none verifies and loads: `ResumeRefused`, naming each state and what is
-  wrong, and the fix (`checkpoint.resume=false` starts fresh, in a new output directory or
-  after moving the old one);
+  wrong, and the fix (starting over, the earlier run moved aside);
 - the earlier run is finished (its last state is of the last step; its metrics reached the
   last step and its final model was written after them, as when the last state is older than
   the last step; or without states its metrics reached the last step or its final model is
@@ -26,8 +25,8 @@ import json
 import logging
 from pathlib import Path
 
-from rlvr.checkpoint.models import list_checkpoints
-from rlvr.checkpoint.state import TrainingState, find_latest_state, list_states
+from rlvr.checkpoint.rerun import start_over_hint
+from rlvr.checkpoint.state import TrainingState, find_latest_state
 from rlvr.interrupts import ResumeRefused, RunFinished
 
 log = logging.getLogger(__name__)
@@ -35,8 +34,7 @@ log = logging.getLogger(__name__)
 
 def fresh_start_hint(output_dir: Path) -> str:
     """How to start over instead, said by every refusal to resume."""
-    return (f"checkpoint.resume=false starts fresh: with a new experiment.output_dir, or after "
-            f"moving {output_dir} away")
+    return start_over_hint(output_dir)
 
 
 def plan_resume(output_dir: Path, state_dir: Path, resume: bool, num_training_steps: int,
@@ -44,8 +42,7 @@ def plan_resume(output_dir: Path, state_dir: Path, resume: bool, num_training_st
     """The state to continue from (None: start at step 0), or ResumeRefused / RunFinished.
     `saves_final`: the run ends by writing `final/`, so a last state without it is resumed
     (the crash came between the two), not called finished."""
-    if not resume:
-        refuse_earlier_run(output_dir, state_dir)
+    if not resume:  # starting over: the earlier run, if any, was moved aside (`move_aside`)
         return None
     state, rejected = find_latest_state(state_dir)
     if state is not None:
@@ -53,8 +50,8 @@ def plan_resume(output_dir: Path, state_dir: Path, resume: bool, num_training_st
         if state.step >= num_training_steps and final_done:
             raise RunFinished(f"the run in {output_dir} is finished: its training state is of "
                               f"step {state.step} of {num_training_steps}. To train further, "
-                              "raise experiment.total_episodes; to train again, use a new "
-                              "experiment.output_dir")
+                              "raise experiment.total_episodes; to train again, "
+                              f"{start_over_hint(output_dir)}")
         # The last state is older than the last step where checkpoint_state_freq does not
         # divide the steps: the metrics and the final model say the run ended.
         last = last_logged_step(output_dir / "metrics.jsonl")
@@ -63,8 +60,8 @@ def plan_resume(output_dir: Path, state_dir: Path, resume: bool, num_training_st
             model = f" and its final model is in {output_dir / 'final'}" if saves_final else ""
             raise RunFinished(f"the run in {output_dir} is finished: its metrics reach step "
                               f"{last} of {num_training_steps}{model}. To train further, raise "
-                              "experiment.total_episodes; to train again, use a new "
-                              "experiment.output_dir")
+                              "experiment.total_episodes; to train again, "
+                              f"{start_over_hint(output_dir)}")
         return state
     if rejected:
         listed = "; ".join(f"{path.name}: {problem}" for path, problem in rejected)
@@ -84,37 +81,13 @@ def plan_resume(output_dir: Path, state_dir: Path, resume: bool, num_training_st
                             f"finish from. {fresh_start_hint(output_dir)}")
     if (last is not None and last >= num_training_steps) or (last is None and final.is_dir()):
         raise RunFinished(f"the run in {output_dir} is finished ({evidence}). To train again, "
-                          "use a new experiment.output_dir")
+                          f"{start_over_hint(output_dir)}")
     if final.is_dir() or (last is not None and last > 0):
         raise ResumeRefused(f"{output_dir} holds an earlier run ({evidence}) and no training "
                             f"state to continue it to step {num_training_steps} from "
                             f"(checkpoint.checkpoint_state_freq=0 saves none); starting at step "
                             f"0 would mix the two. {fresh_start_hint(output_dir)}")
     return None
-
-
-def refuse_earlier_run(output_dir: Path, state_dir: Path) -> None:
-    """`checkpoint.resume=false` starts a new run at step 0: refused (`ResumeRefused`) where an
-    earlier run left what the new one would mix with or lose to: trained steps in the metrics,
-    training states, model checkpoints or a final model. Metrics of step 0 alone (the untrained
-    model's eval) are cut away by the new run, as a resume that finds nothing trained does."""
-    last = last_logged_step(output_dir / "metrics.jsonl")
-    states, checkpoints = list_states(state_dir), list_checkpoints(output_dir)
-    final = output_dir / "final"
-    evidence = ", ".join(filter(None, [
-        f"its metrics reach step {last}" if last else "",
-        f"{len(states)} training state(s) in {state_dir}" if states else "",
-        f"{len(checkpoints)} model checkpoint(s) in {output_dir / 'checkpoints'}"
-        if checkpoints else "",
-        f"its model is in {final}" if final.is_dir() else ""]))
-    if evidence:
-        raise ResumeRefused(
-            f"checkpoint.resume=false starts a new run, but {output_dir} holds an earlier one "
-            f"({evidence}): the two runs' metrics would mix, and keeping the last "
-            "checkpoint.keep_last_n_states states by step number would delete the new run's "
-            "for the earlier run's. Use a new experiment.output_dir (and "
-            "checkpoint.checkpoint_state_dir, if set), or delete the earlier run's files; to "
-            "continue the earlier run, set checkpoint.resume=true")
 
 
 def final_written_after_metrics(output_dir: Path) -> bool:

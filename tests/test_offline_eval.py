@@ -17,7 +17,7 @@ SAMPLED = ["eval.num_samples=2", "eval.temperature=1.0", "eval.pass_at_k=[1,2]"]
 def test_eval_of_a_built_in_model_prints_a_table_and_writes_results(tmp_path, capsys):
     assert main(["eval", "tiny-llama", "configs/tiny.yaml", *SAMPLED, *FAST,
                  f"experiment.output_dir={tmp_path}"]) == 0
-    record = json.loads((tmp_path / "eval_results.json").read_text())
+    record = json.loads((tmp_path / "eval" / "tiny-llama.json").read_text())
     assert record["model"] == "tiny-llama" and record["step"] is None
     assert record["eval"]["num_samples"] == 2 and record["eval"]["pass_at_k"] == [1, 2]
     figures = record["sets"]["addition"]  # the holdout, named after the train source
@@ -27,10 +27,12 @@ def test_eval_of_a_built_in_model_prints_a_table_and_writes_results(tmp_path, ca
     assert 0.0 <= figures["pass@1"] <= figures["pass@2"] <= 1.0
     assert record["metrics"]["eval/addition/pass@2"] == figures["pass@2"]
     out = capsys.readouterr().out
-    assert "addition" in out and "pass@2" in out and "eval_results.json" in out
+    assert "addition" in out and "pass@2" in out and "eval/tiny-llama.json" in out
 
 
-def test_eval_of_a_checkpoint_writes_into_it_and_matches_the_runs_own_eval(tmp_path, capsys):
+def test_eval_of_a_checkpoint_writes_beside_it_and_matches_the_runs_own_eval(tmp_path, capsys):
+    """The results were written into the checkpoint's directory (a shared base model's too,
+    and a second config overwrote the first's); now into experiment.output_dir/eval/."""
     run_dir = tmp_path / "run"
     common = ["configs/tiny.yaml", *SAMPLED, *FAST, f"experiment.output_dir={run_dir}"]
     # One step, whose step-0 eval scores the untrained model: the same weights as tiny-llama.
@@ -42,9 +44,13 @@ def test_eval_of_a_checkpoint_writes_into_it_and_matches_the_runs_own_eval(tmp_p
 
     shutil.copytree(resolve_model_dir("tiny-llama"), checkpoint)
     (checkpoint / "rlvr_checkpoint.json").write_text('{"step": 0}')
+    before = sorted(p.name for p in checkpoint.iterdir())
     assert main(["eval", str(checkpoint), *common]) == 0
-    record = json.loads((checkpoint / "eval_results.json").read_text())
-    assert record["step"] == 0
+    assert sorted(p.name for p in checkpoint.iterdir()) == before
+    label = str(checkpoint).strip("/").replace("/", "--")
+    record = json.loads((run_dir / "eval" / f"{label}.json").read_text())
+    assert record["step"] == 0 and record["model"] == str(checkpoint)
+    assert record["config"]["files"] == ["configs/tiny.yaml"]
     for key, value in record["metrics"].items():
         assert logged[key] == pytest.approx(value), key
 

@@ -14,15 +14,12 @@ import sys
 import traceback
 from pathlib import Path
 
+# Only light modules here: `rlvr --help` and a usage error import no torch (main imports the
+# exceptions of the heavy modules once the arguments are parsed).
 from rlvr.config import ConfigError, load_config, to_yaml
-from rlvr.data.errors import DataError
-from rlvr.distributed.learner_group import LearnerGroupError
 from rlvr.interrupts import (EngineLost, EngineUnavailable, LearnerLost, NoLearningSignal,
                              NumericalFault, ResumeRefused, RunFinished, SaveFailed,
                              RunUnhealthy, SlurmJobFailed, TrainingInterrupted, VerifierFault)
-from rlvr.learner.memory_plan import MemoryPlanError
-from rlvr.serving.auth import ServerKeyError
-from rlvr.serving.server import ServerStartError
 
 
 def _quiet_libraries() -> None:
@@ -42,8 +39,18 @@ def _split_args(items: list[str]) -> tuple[list[str], list[str]]:
     return [item for item in items if "=" not in item], overrides
 
 
+# Starting over: the earlier run in the output directory is moved aside (rlvr.checkpoint.rerun).
+OVERWRITE = "checkpoint.resume=false"
+
+
 def _cmd_train(args: argparse.Namespace) -> int:
-    return _train(load_config(*_split_args(args.items)))
+    if not args.items:  # a newcomer asking what it takes: no default run into ./runs/rlvr
+        args.subparser.print_usage(sys.stderr)
+        print("rlvr train: name a config file, e.g. rlvr train configs/tiny.yaml (then "
+              "key.sub=value overrides)", file=sys.stderr)
+        return 2
+    yamls, overrides = _split_args(args.items)
+    return _train(load_config(yamls, [*overrides, *([OVERWRITE] if args.overwrite else [])]))
 
 
 def _train(cfg) -> int:
@@ -63,7 +70,8 @@ def _cmd_launch(args: argparse.Namespace) -> int:
     """`rlvr train` under the launcher named on the command line; `slurm --no-wait` submits the
     job and returns."""
     yamls, overrides = _split_args(args.items)
-    cfg = load_config(yamls, [*overrides, f"distributed.launcher={args.launcher}"])
+    cfg = load_config(yamls, [*overrides, *([OVERWRITE] if args.overwrite else []),
+                              f"distributed.launcher={args.launcher}"])
     if not args.no_wait:
         return _train(cfg)
     if args.launcher != "slurm":
@@ -158,15 +166,15 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     # Last, so the model given wins over the config's.
     cfg = load_config(yamls, [*overrides, f"model.name_or_path={args.model}"])
     _quiet_libraries()
-    from pathlib import Path
+    from rlvr.offline_eval import (check_output, default_output, evaluate_model, print_table,
+                                   results_record, write_results)
 
-    from rlvr.offline_eval import (default_output, evaluate_model, print_table, results_record,
-                                   write_results)
-
-    result, seconds = evaluate_model(cfg)
-    record = results_record(args.model, cfg, result, seconds)
-    print_table(record)
     path = Path(args.output) if args.output else default_output(args.model, cfg)
+    check_output(path, args.model)  # before the model loads
+    result, seconds = evaluate_model(cfg)
+    record = results_record(args.model, cfg, result, seconds,
+                            config={"files": [str(y) for y in yamls], "overrides": overrides})
+    print_table(record)
     write_results(path, record)
     print(f"eval results: {path} ({seconds:.1f} s)")
     return 0
@@ -263,6 +271,10 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=helptext)
         p.add_argument("items", nargs="*", metavar="CONFIG.yaml | key.sub=value",
                        help="YAML files merged in order (a base, then presets), then overrides")
+        p.set_defaults(subparser=p)
+    sub.choices["train"].add_argument(
+        "--overwrite", action="store_true", help="start over (checkpoint.resume=false): an "
+        "earlier run in experiment.output_dir is moved aside to OUTPUT_DIR.old-N")
     sub.choices["config"].add_argument(
         "--reference", action="store_true", help="print the configuration reference (every "
         "field: type, default, allowed values, comment) generated from the schema, as Markdown")
@@ -273,6 +285,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="sets distributed.launcher; slurm submits one job (or runs in the "
                          "current allocation) and exits with its exit code")
     la.add_argument("items", nargs="*", metavar="CONFIG.yaml | key.sub=value")
+    la.add_argument("--overwrite", action="store_true", help="as rlvr train --overwrite")
     la.add_argument("--no-wait", action="store_true",
                     help="slurm: submit the job and return (its logs and exit code land in "
                          "OUTPUT_DIR/slurm/)")
@@ -295,8 +308,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("items", nargs="+", metavar="CONFIG.yaml | key.sub=value",
                    help="YAML files merged in order, then overrides (eval.num_samples=8 ...)")
     e.add_argument("--output", default=None, help="where to write the results (default: "
-                   "MODEL_OR_CHECKPOINT/eval_results.json for a directory, else "
-                   "experiment.output_dir/eval_results.json)")
+                   "experiment.output_dir/eval/MODEL.json, the model's path with / as --; "
+                   "never inside the model's directory)")
     r = sub.add_parser("report", help="an HTML page of a run's curves and completions (or "
                                       "several runs side by side)")
     r.add_argument("runs", nargs="+", metavar="RUN_DIR", help="a run's output_dir; several "
@@ -339,14 +352,13 @@ def main(argv: list[str] | None = None) -> int:
     except RunFinished as e:  # a rerun of a finished run: nothing to do, and not a failure
         print(f"rlvr: {e}")
         return 0
-    except (ConfigError, FileNotFoundError, DataError, ServerKeyError, ResumeRefused,
-            MemoryPlanError) as e:
+    except (ConfigError, FileNotFoundError, ResumeRefused) as e:
         return _fail(e, 2)
     except TrainingInterrupted as e:
         return _fail(e, e.exit_code)
     except NumericalFault as e:
         return _fail(e, 3)
-    except (EngineLost, EngineUnavailable, ServerStartError) as e:
+    except (EngineLost, EngineUnavailable) as e:
         return _fail(e, 4)
     except VerifierFault as e:
         return _fail(e, 5)
@@ -354,12 +366,33 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(e, 6)
     except SaveFailed as e:  # disk full (or another failed write) saving a state or a model
         return _fail(e, 7)
-    except (LearnerLost, LearnerGroupError) as e:  # a learner rank died, raised or hung
+    except LearnerLost as e:  # a learner rank died, raised or hung
         return _fail(e, 8)
     except RunUnhealthy as e:  # a health gate: the run was surely wasted (`rlvr.health`)
         return _fail(e, 9)
     except SlurmJobFailed as e:  # the job's own exit code (the trainer's, when it ran)
         return _fail(e, e.exit_code)
+    except Exception as e:  # the errors of modules that import torch, imported only now
+        code = _heavy_exit_code(e)
+        if code is None:
+            raise
+        return _fail(e, code)
+
+
+def _heavy_exit_code(error: Exception) -> int | None:
+    """The exit code of an error class from a module that imports torch (None: not one), so
+    that `rlvr --help` and a usage error import none of them."""
+    from rlvr.data.errors import DataError
+    from rlvr.distributed.learner_group import LearnerGroupError
+    from rlvr.learner.memory_plan import MemoryPlanError
+    from rlvr.serving.auth import ServerKeyError
+    from rlvr.serving.server import ServerStartError
+
+    for errors, code in [((DataError, ServerKeyError, MemoryPlanError), 2),
+                         (ServerStartError, 4), (LearnerGroupError, 8)]:
+        if isinstance(error, errors):
+            return code
+    return None
 
 
 def _fail(error: BaseException, code: int) -> int:

@@ -5,7 +5,8 @@ What it is: from a config (its `model.name_or_path` replaced by the model given:
 a Hugging Face directory, or a run's `checkpoints/step_*` / `final`), build only what evaluation
 needs (prompts and tokenizer through `rlvr.build.build_data`, one engine in this process per
 `rollout.engine`, the verifier scorer), run the same `rlvr.producer.evaluation.Evaluator` as the
-training loop, print a table per eval set and write `eval_results.json` atomically.
+training loop, print a table per eval set and write the results atomically (into
+`experiment.output_dir/eval/`, never into the model's directory).
 What it is not: no learner, optimizer, reference model or Ray actors are built (a config's
 engine actors become one engine here), and nothing of a run's output directory is touched
 besides the results file.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 import time
 from dataclasses import dataclass, replace
@@ -23,15 +25,13 @@ from pathlib import Path
 from rlvr.build import build_data, plan_devices, prepare_process
 from rlvr.settings import engine_settings, eval_settings, scorer_settings
 from rlvr.checkpoint import write_text_atomic
-from rlvr.config import Config
+from rlvr.config import Config, ConfigError
 from rlvr.models import TRUST_REMOTE_CODE
 from rlvr.producer.evaluation import EvalResult, Evaluator
 from rlvr.rewards.scorer import RewardScorer
 from rlvr.rollout import RolloutEngine, create_engine
 
 log = logging.getLogger(__name__)
-
-RESULTS_FILE = "eval_results.json"
 
 
 @dataclass
@@ -90,21 +90,36 @@ def evaluate_model(cfg: Config) -> tuple[EvalResult, float]:
 
 
 def default_output(model: str, cfg: Config) -> Path:
-    """Into the model's directory (a checkpoint keeps its own results), else the run's output
-    directory (a built-in name or a hub id has no directory of the user's)."""
-    base = Path(model) if Path(model).is_dir() else Path(cfg.experiment.output_dir)
-    return base / RESULTS_FILE
+    """`experiment.output_dir/eval/<model>.json`, the model as given with its path separators
+    as `--` (`runs/x/final` -> `runs--x--final.json`): never the model's own directory (a base
+    model's may be shared, and a second config would overwrite the first's results), and one
+    file per model, so the checkpoints of a run scored with one config sit side by side."""
+    label = re.sub(r"[^\w.-]+", "--", model.strip("./")).strip("-.")[-200:] or "model"
+    return Path(cfg.experiment.output_dir) / "eval" / f"{label}.json"
 
 
-def results_record(model: str, cfg: Config, result: EvalResult, seconds: float) -> dict:
-    """What `eval_results.json` holds: the model, its training step when it is a checkpoint,
-    the eval settings, every metric, and each set's figures by short name."""
+def check_output(path: Path, model: str) -> None:
+    """ConfigError where the results would land inside the model's directory."""
+    if Path(model).is_dir():
+        model_dir = Path(model).resolve()
+        if model_dir == path.resolve() or model_dir in path.resolve().parents:
+            raise ConfigError(f"rlvr eval writes {path}, inside the model's directory "
+                              f"{model}: results are written beside models, never into them; "
+                              "set experiment.output_dir or --output elsewhere")
+
+
+def results_record(model: str, cfg: Config, result: EvalResult, seconds: float,
+                   config: dict | None = None) -> dict:
+    """What the results file holds: the model, its training step when it is a checkpoint, the
+    config it was scored with (`config`: its files and overrides), the eval settings, every
+    metric, and each set's figures by short name."""
     info = Path(model) / "rlvr_checkpoint.json"
     step = json.loads(info.read_text()).get("step") if info.is_file() else None
     ev = cfg.eval
     return {
         "model": model,
         "step": step,
+        "config": config or {},
         "eval": {"num_samples": ev.num_samples, "pass_at_k": list(ev.pass_at_k),
                  "temperature": ev.temperature, "top_p": ev.top_p,
                  "response_length": cfg.eval_response_length, "max_prompts": ev.max_prompts,

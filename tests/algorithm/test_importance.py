@@ -132,3 +132,36 @@ def test_rho_needs_engine_logprobs():
     with pytest.raises(ValueError, match="engine"):
         compute_policy_loss("dapo", LossInputs(new, OLD, torch.ones(1, 5), MASK),
                             LossParams(0.2, 0.2, 0.0, 2, 4.0, rho=RhoCorrection(0.5, 2.0)))
+
+
+def test_sequence_truncate_is_open_instructs_sequence_level_with_its_mask_bounds_off():
+    """open-instruct's `grpo_utils.compute_rho_correction` with `rho_mask_sequence_level` and
+    its mask bounds at their default (off): the sequence's geometric-mean rho is clamped to the
+    clamp bounds and weights every token; no sequence is dropped. Token rhos all 3, bounds
+    [0, 2]: `sequence` drops the sequence, open-instruct (and `sequence_truncate`) weight it 2."""
+    old = torch.log(torch.tensor([[3.0, 3.0, 3.0], [0.25, 1.0, 4.0]]))
+    engine = torch.zeros_like(old)
+    mask = torch.ones_like(old, dtype=torch.bool)
+    ids = torch.tensor([[0, 0, 0], [1, 1, 1]])
+    dropped = rho_correction(old, engine, mask, ids, RhoCorrection(0.0, 2.0, "sequence"))
+    assert dropped.keep_RL[0].tolist() == [False] * 3
+    kept = rho_correction(old, engine, mask, ids, RhoCorrection(0.0, 2.0, "sequence_truncate"))
+    assert kept.keep_RL.tolist() == [[True] * 3, [True] * 3]
+    torch.testing.assert_close(kept.weight_RL, torch.tensor([[2.0] * 3, [1.0] * 3]))
+
+
+def test_log_rho_is_clamped_at_10_before_the_sequence_mean_as_open_instruct():
+    """open-instruct clamps each token's log rho to [-10, 10] (`compute_rho_correction`) before
+    the sequence mean; rlvr clamped at 40. One outlier token, log rho 30, among 20 tokens of log
+    rho 0: the mean was 30/20 = 1.5 (rho 4.48, out of [0, 2]: the sequence dropped); clamped at
+    10 it is 0.5, rho e^0.5 = 1.6487, and the sequence is kept at that weight."""
+    old = torch.zeros(1, 20)
+    old[0, 7] = 30.0
+    engine = torch.zeros_like(old)
+    mask = torch.ones_like(old, dtype=torch.bool)
+    ids = torch.zeros(1, 20, dtype=torch.long)
+    for mode in ("sequence", "sequence_truncate", "sequence_token"):
+        r = rho_correction(old, engine, mask, ids, RhoCorrection(0.0, 2.0, mode))
+        assert r.keep_RL.all(), mode
+    seq = rho_correction(old, engine, mask, ids, RhoCorrection(0.0, 2.0, "sequence"))
+    torch.testing.assert_close(seq.weight_RL, torch.full((1, 20), math.exp(0.5)))

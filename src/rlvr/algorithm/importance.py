@@ -10,18 +10,24 @@ rho = exp(logp_old - logp_engine) reweights each token's policy-gradient term:
 - `sequence`: sequence-level MIS: a sequence's rho is exp(mean of its tokens' log rho), the
   geometric mean; a sequence whose rho falls outside the bounds is dropped whole, the others
   weight every token by it. This is open-instruct's `rho_mask_sequence_level`
-  (`grpo_utils.compute_rho_correction`, read at commit e6c3044a, 2026-08: the sequence rho both
-  masks and, clamped, weights; its `test_rho_mask_sequence_level` gives token rhos
-  [0.25, 1, 4] the weights [1, 1, 1]), with one pair of bounds for both (open-instruct has a
-  clamp pair and a mask pair; with the two equal the results agree);
+  (`grpo_utils.compute_rho_correction`) with its mask bounds set equal to its clamp bounds
+  (its `test_rho_mask_sequence_level` gives token rhos [0.25, 1, 4] the weights [1, 1, 1]);
+- `sequence_truncate`: the sequence's geometric-mean rho, clamped to the bounds, weights every
+  token; no sequence is dropped. This is open-instruct's `rho_mask_sequence_level` with its
+  mask bounds off (their default): what `--rho_mask_sequence_level` alone trains. Token rhos
+  all 3 with bounds [0, 2]: `sequence` drops the sequence, `sequence_truncate` weights it 2;
 - `sequence_token`: the sequence's geometric-mean rho only decides which sequences are dropped;
   each token of a kept sequence is weighted by its own rho clamped to the bounds, as in `none`
   (geometric rejection with token-level truncated IS). The weight then still corrects the
   token that drifted, not only the sequence's average drift.
-One surprising token no longer drops its sequence in either sequence mode: only the sequence's
-overall drift counts. The default is `none` (`algorithm.rho_mask`), open-instruct's default
-too (its mask bounds are off unless set); `sequence` keeps open-instruct's meaning so a
-setting carried over from it trains the same.
+One surprising token no longer drops its sequence in the sequence modes: only the sequence's
+overall drift counts, and each token's log rho is clamped to +-10 before the mean, as
+open-instruct clamps it (so one token of log rho 30 among 20 moves the mean by 0.5, not 1.5:
+weight e^0.5 = 1.65, not a dropped sequence). The default is `none` (`algorithm.rho_mask`),
+open-instruct's default too (its mask bounds are off unless set). Porting open-instruct's
+flags: mask bounds off -> `none` (token level) or `sequence_truncate`; mask bounds equal to the
+clamp bounds -> `token` or `sequence`; other mask bounds have no rlvr equivalent (one pair of
+bounds here).
 Dropped tokens leave only the policy-gradient term; the KL term stays on them, as in
 open-instruct (the penalty keeps the policy near the reference whatever sampled the token).
 """
@@ -36,14 +42,15 @@ import torch
 from rlvr.algorithm.sequences import sequence_mean_per_token
 from rlvr.registry import Registry
 
-LOG_RHO_CLAMP = 40.0
+# open-instruct's clamp of each token's log rho, before any sequence mean (`compute_rho_correction`)
+LOG_RHO_CLAMP = 10.0
 
 
 @dataclass(frozen=True)
 class RhoCorrection:
     lower: float
     upper: float
-    mask: str = "none"  # none | token | sequence | sequence_token
+    mask: str = "none"  # none | token | sequence | sequence_truncate | sequence_token
 
 
 @dataclass
@@ -108,6 +115,16 @@ def _sequence_mask(log_rho_RL: torch.Tensor, response_mask_RL: torch.Tensor,
     # A kept sequence's rho is inside the bounds: clamping it would change nothing.
     weight_RL = torch.where(response_mask_RL, seq_rho_RL, torch.ones_like(seq_rho_RL))
     return weight_RL, response_mask_RL & _inside(seq_rho_RL, c)
+
+
+@RHO_MASKS.register("sequence_truncate")
+def _sequence_truncated(log_rho_RL: torch.Tensor, response_mask_RL: torch.Tensor,
+                        sequence_ids_RL: torch.Tensor | None, c: RhoCorrection
+                        ) -> tuple[torch.Tensor, torch.Tensor]:
+    seq_rho_RL = _sequence_rho(log_rho_RL, response_mask_RL, sequence_ids_RL)
+    weight_RL = torch.where(response_mask_RL, seq_rho_RL.clamp(c.lower, c.upper),
+                            torch.ones_like(seq_rho_RL))
+    return weight_RL, response_mask_RL
 
 
 @RHO_MASKS.register("sequence_token")

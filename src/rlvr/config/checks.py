@@ -384,7 +384,7 @@ def validate(cfg: Config) -> None:
                       "penalty; use 1 or 3 (gradient of KL(policy || ref)) or 2 (of KL(ref || "
                       "policy), as GRPO); every estimator is logged as objective/kl{0..3}_avg")
     _choice(errors, "algorithm.rho_mask", a.rho_mask,
-            {"none", "token", "sequence", "sequence_token"})
+            {"none", "token", "sequence", "sequence_truncate", "sequence_token"})
     _check_rho(errors, cfg)
     _check_rewards(errors, cfg.rewards)
     _check_async(errors, cfg)

@@ -296,8 +296,10 @@ class AlgorithmConfig:
     rho_clamp_upper: float = 2.0  # > 1 (open-instruct's default)
     # none: clamp (truncated IS); token: drop tokens out of bounds; sequence: drop sequences
     # whose geometric-mean rho is out of bounds, weight the rest by it (masked IS; open-
-    # instruct's rho_mask_sequence_level); sequence_token: drop sequences as `sequence` does,
-    # weight each kept token by its own clamped rho. Default none, as open-instruct's.
+    # instruct's rho_mask_sequence_level with mask bounds = clamp bounds); sequence_truncate:
+    # weight every token by its sequence's clamped geometric-mean rho, drop none (open-
+    # instruct's rho_mask_sequence_level with its mask bounds off); sequence_token: drop
+    # sequences as `sequence` does, weight each kept token by its own clamped rho. Default none.
     rho_mask: str = "none"
     clip_lower: float = 0.2  # the ratio is clipped below at 1 - clip_lower
     clip_higher: float = 0.2  # and above at 1 + clip_higher (DAPO's clip-higher: > clip_lower)

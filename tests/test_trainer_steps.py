@@ -187,3 +187,22 @@ def test_a_signal_after_a_skipped_update_does_not_claim_that_steps_state_was_sav
                                                   "state of it was saved") as stopped:
         _finish_step(run, stop, 2, {"optim/skipped_steps": 1.0}, Streaks())
     assert not saved and stopped.value.exit_code == 128 + signal.SIGTERM
+
+
+@pytest.mark.timeout(180)
+def test_the_polyak_reference_update_runs_on_schedule_when_the_batch_is_empty(tmp_path,
+                                                                           monkeypatch):
+    """The reference's Polyak step (`ref_policy_update_freq`) sat inside the branch that had a
+    batch: a scheduled step whose groups were all filtered skipped it, so with most steps empty
+    the reference hardly moved. open-instruct (`grpo_fast`) steps the reference every
+    `ref_policy_update_freq` training steps; every step counts here, empty ones too."""
+    from rlvr.learner.learner import Learner
+
+    calls = []
+    monkeypatch.setattr(Learner, "update_reference",
+                        lambda self, alpha: calls.append(alpha))
+    train(_cfg(tmp_path, "experiment.total_episodes=96", NO_REWARD, "algorithm.beta=0.01",
+               "algorithm.ref_policy_update_freq=2", "algorithm.alpha=0.5"))
+    rows = _rows(tmp_path)
+    assert all(r.get("optim/skipped_empty_batch") == 1.0 for r in rows)  # 6 empty steps
+    assert calls == [0.5, 0.5, 0.5]  # steps 2, 4 and 6

@@ -74,6 +74,7 @@ def one_training_step(run: Run, step: int, produced: tuple[Episodes, dict[str, f
         metrics["optim/skipped_empty_batch"] = 1.0
         # The schedule counts optimizer steps: those this training step would have taken.
         run.learner.skip_update(cfg.optimizer_steps_per_batch)
+        _polyak_if_due(run, step)  # its schedule counts training steps, empty ones too
     else:
         mini_batches = training_mini_batches(cfg, training.batch, step)
         with timer("training"), engine_asleep(run):
@@ -85,8 +86,7 @@ def one_training_step(run: Run, step: int, produced: tuple[Episodes, dict[str, f
         metrics["optim/num_optimizer_steps"] = float(len(mini_batches) * a.num_epochs)
         run.last_update_step = step
         metrics.update(update_metrics(run, result))
-        if a.ref_policy_update_freq and step % a.ref_policy_update_freq == 0:
-            run.learner.update_reference(a.alpha)
+        _polyak_if_due(run, step)
         with timer("weight_sync"):
             try:
                 sync_weights(run, run.policy_version + 1)
@@ -105,6 +105,15 @@ def one_training_step(run: Run, step: int, produced: tuple[Episodes, dict[str, f
     metrics["time/step"] = sum(timings.values()) + waited
     metrics["episode"] = float(run.episode)
     return metrics
+
+
+def _polyak_if_due(run: Run, step: int) -> None:
+    """The reference's Polyak step toward the policy every `ref_policy_update_freq` training
+    steps. A step whose batch is empty still counts: skipping it moved the reference less
+    often than the schedule says (with most steps empty, hardly at all)."""
+    a = run.cfg.algorithm
+    if a.ref_policy_update_freq and step % a.ref_policy_update_freq == 0:
+        run.learner.update_reference(a.alpha)
 
 
 def training_mini_batches(cfg: Config, batch: PackedBatch, step: int) -> list[MiniBatch]:

@@ -165,3 +165,18 @@ def test_log_rho_is_clamped_at_10_before_the_sequence_mean_as_open_instruct():
         assert r.keep_RL.all(), mode
     seq = rho_correction(old, engine, mask, ids, RhoCorrection(0.0, 2.0, "sequence"))
     torch.testing.assert_close(seq.weight_RL, torch.full((1, 20), math.exp(0.5)))
+
+
+def test_policy_avg_logs_the_rho_weighted_term_that_was_optimised():
+    """`loss/policy_avg` summed the policy term before the rho weight, so it was not the loss
+    the step took the gradient of. Ratio 1, A = 1, bounds [0.5, 2]: the optimised token terms
+    are -(1.10517 + 2 + 0.81873 + 1) over 4 kept tokens = -1.23098 (unweighted it read -1), and
+    with beta 0 the optimised loss over its 4-token denominator is the same number."""
+    new = OLD.clone().requires_grad_(True)
+    params = LossParams(0.2, 0.2, 0.0, 2, denominator=4.0, rho=RhoCorrection(0.5, 2.0))
+    out = compute_policy_loss("dapo", LossInputs(new, OLD, torch.ones(1, 5), MASK,
+                                                 sequence_ids_RL=IDS, engine_logprobs_RL=ENGINE),
+                              params)
+    m = summarize_loss_metrics(out.sums)
+    assert m["loss/policy_avg"] == pytest.approx(-4.9239 / 4, abs=1e-4)
+    assert m["loss/policy_avg"] == pytest.approx(out.loss.item(), abs=1e-6)

@@ -203,7 +203,9 @@ def compute_policy_loss(name: str, inputs: LossInputs, params: LossParams) -> Lo
     # Policy metrics average over the tokens whose policy term was summed (`num_tokens`).
     ratio_RL = torch.where(keep_RL, terms.ratio_RL, zero_RL)
     sums.update({
-        "policy_loss_sum": float(torch.where(keep_RL, terms.pg_loss_RL.detach(), zero_RL).sum()),
+        # The policy term as optimised: after the rho weight (before it, the metric was not
+        # the loss the step took the gradient of).
+        "policy_loss_sum": float(torch.where(keep_RL, pg_RL.detach(), zero_RL).sum()),
         "clipped_lower_count": float((terms.clipped_lower_RL & keep_RL).sum()),
         "clipped_upper_count": float((terms.clipped_upper_RL & keep_RL).sum()),
         "ratio_sum": float(ratio_RL.sum()),

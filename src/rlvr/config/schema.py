@@ -360,7 +360,7 @@ class OptimizerConfig:
     lr_num_cycles: int = 1  # cosine_with_restarts: hard restarts over the run
     lr_end: float = 1e-7  # polynomial: the rate it decays to, below learning_rate
     lr_power: float = 1.0  # polynomial: the decay's power (1: linear)
-    weight_decay: float = 0.0  # AdamW's decoupled weight decay
+    weight_decay: float = 0.0  # AdamW's decoupled weight decay (not on biases and norm weights)
     max_grad_norm: float = 1.0  # the gradient's global norm is clipped to this
     max_consecutive_skipped_steps: int = 3  # non-finite gradients this many steps in a row: abort
     adam_beta1: float = 0.9  # AdamW's first-moment decay

@@ -76,3 +76,26 @@ def test_the_tiny_configs_run_crosses_no_gate(tmp_path, caplog):
     diffs = [r["debug/engine_vs_local_logprob_diff_mean"] for r in rows
              if "debug/engine_vs_local_logprob_diff_mean" in r]
     assert diffs and max(diffs) < 0.01  # the gate read an agreeing engine
+
+
+def test_a_reward_that_pays_what_held_out_does_not_warns_at_the_eval(tmp_path, monkeypatch,
+                                                                      caplog):
+    """A verifier whose pay grows with every sample it scores and never reaches full marks:
+    the training reward climbs while held-out pass@1 stays 0, which the third eval sees."""
+    from tests.test_run_faults import _verifier_rows
+
+    data = _verifier_rows(tmp_path, monkeypatch, "health_rising_pay",
+                          "calls = [0]\n"
+                          "def score(completion, ground_truth):\n"
+                          "    calls[0] += 1\n"
+                          "    return min(0.9, 0.005 * calls[0])\n")
+    with caplog.at_level(logging.WARNING, logger="rlvr.stopping"):
+        code = main(["train", *TINY, "experiment.total_episodes=64", f"data.train=[{{name: {data}}}]",
+                     "rewards.custom_verifiers=[health_rising_pay:score]",
+                     "rewards.exploit_canary=false", "data.eval_holdout=4",
+                     "eval.local_eval_every=1", f"experiment.output_dir={tmp_path / 'run'}"])
+    assert code == 0
+    warned = [r.getMessage() for r in caplog.records if "health: reward hacking?" in r.getMessage()]
+    assert warned and warned[0].startswith("step 3: health: reward hacking? over the last 3 "
+                                           "evals the training reward rose by")
+    assert "while held-out eval/pass_at_1 stayed flat (0 -> 0" in warned[0]

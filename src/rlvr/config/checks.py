@@ -371,7 +371,21 @@ def _check_health(errors: list[str], h) -> None:
 
 
 def validate(cfg: Config) -> None:
-    """Cross-field rules. Collects every problem, then fails once naming all the fields."""
+    """Cross-field rules: ConfigError naming every problem (`config_problems`) at once."""
+    raise_problems(config_problems(cfg))
+
+
+def raise_problems(errors: list[str]) -> None:
+    """ConfigError of `errors`: one line for one, a list for several; nothing for none."""
+    if len(errors) == 1:  # one line
+        raise ConfigError(f"invalid config: {errors[0]}")
+    if errors:
+        raise ConfigError("invalid config:\n  - " + "\n  - ".join(errors))
+
+
+def config_problems(cfg: Config) -> list[str]:
+    """Every problem of the config's values and of their combinations, each naming its
+    fields."""
     # Every number finite and in its range (`rlvr.config.ranges`); the rules below relate them.
     errors: list[str] = range_errors(cfg)
     e, r, a = cfg.experiment, cfg.rollout, cfg.algorithm
@@ -447,7 +461,4 @@ def validate(cfg: Config) -> None:
     _check_distributed(errors, cfg)
     if not cfg.data.train:
         errors.append("data.train must name at least one source")
-    if len(errors) == 1:  # one line
-        raise ConfigError(f"invalid config: {errors[0]}")
-    if errors:
-        raise ConfigError("invalid config:\n  - " + "\n  - ".join(errors))
+    return errors

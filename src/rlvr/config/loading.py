@@ -1,5 +1,7 @@
 """Loading a config: YAML files merged over the defaults, then `key.sub=value` overrides, by
-OmegaConf (unknown keys and wrong types fail naming the field), then `validate`.
+OmegaConf (unknown keys and wrong types fail naming the field), then `validate`. Every problem
+is reported at once: a value that fails its merge is set aside and the rest merged and
+checked, so one ConfigError names every unknown key, wrong type, range and bad combination.
 
 Every failure of a merge is a ConfigError naming its field, whatever raised it: OmegaConf's own
 errors carry the field, but a value that is not YAML (`[a,b`), a tag YAML refuses
@@ -18,7 +20,7 @@ import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from rlvr.config.checks import validate
+from rlvr.config.checks import config_problems, validate
 from rlvr.config.schema import Config, ConfigError
 
 # What a merge raises besides OmegaConf's errors (which subclass ValueError or not).
@@ -34,16 +36,22 @@ def load_config(paths: str | Path | list[str | Path] | None,
     elif isinstance(paths, (str, Path)):
         paths = [paths]
     merged = OmegaConf.structured(Config)
+    errors: list[str] = []  # of the merges; each failed value is left out of `merged`
     for path in paths:
-        merged = _merge_file(merged, path)
+        merged = _merge_file(merged, path, errors)
     _check_override_syntax(overrides)
     if overrides:
         try:  # all at once: a merge costs ~10 ms, and tests load configs by the thousand
             merged = OmegaConf.merge(merged, OmegaConf.from_dotlist(list(overrides)))
-        except _MERGE_ERRORS:  # one at a time, to name the override that failed
+        except _MERGE_ERRORS:  # one at a time, to name each override that fails
             for item in overrides:
-                merged = _merge_override(merged, item)
+                try:
+                    merged = _merge_override(merged, item)
+                except ConfigError as e:
+                    errors.append(str(e))
     _refuse_resolvers(OmegaConf.to_container(merged, resolve=False))
+    if errors:
+        _raise_with_the_rest(errors, merged)
     try:
         cfg = OmegaConf.to_object(merged)
     except _MERGE_ERRORS as e:
@@ -52,6 +60,18 @@ def load_config(paths: str | Path | list[str | Path] | None,
     assert isinstance(cfg, Config)
     validate(cfg)
     return cfg
+
+
+def _raise_with_the_rest(errors: list[str], merged: DictConfig) -> None:
+    """ConfigError of the merges' `errors` and of every problem `validate` finds in the config
+    merged without the values that failed: all of them in one message."""
+    try:
+        errors = [*errors, *config_problems(OmegaConf.to_object(merged))]
+    except _MERGE_ERRORS as e:
+        errors.append(f"config field '{getattr(e, 'full_key', None) or '?'}': {_first_line(e)}")
+    if len(errors) == 1:
+        raise ConfigError(errors[0])
+    raise ConfigError("invalid config:\n  - " + "\n  - ".join(errors))
 
 
 def _merge_override(merged: DictConfig, item: str) -> DictConfig:
@@ -74,9 +94,10 @@ def _merge_override(merged: DictConfig, item: str) -> DictConfig:
         raise _merge_error(e, merged, incoming, key, where) from None
 
 
-def _merge_file(merged: DictConfig, path: str | Path) -> DictConfig:
+def _merge_file(merged: DictConfig, path: str | Path, errors: list[str]) -> DictConfig:
     """`merged` with the config file at `path`; on a failure, its values are merged one at a
-    time to find the field that failed (a merge is ~7 ms: not done for files that merge)."""
+    time to find each field that fails (a merge is ~7 ms: not done for files that merge), its
+    ConfigError appended to `errors` and the value left out."""
     loaded = _read_yaml(path)
     where = f" in {path}"
     try:
@@ -84,13 +105,16 @@ def _merge_file(merged: DictConfig, path: str | Path) -> DictConfig:
     except _MERGE_ERRORS as e:
         first = e
     tree = OmegaConf.to_container(loaded, resolve=False)
+    failed = len(errors)
     for key, leaf in _leaves(tree):
         incoming = OmegaConf.create(leaf)
         try:
             merged = OmegaConf.merge(merged, incoming)
         except _MERGE_ERRORS as e:
-            raise _merge_error(e, merged, incoming, key, where) from None
-    raise _merge_error(first, merged, loaded, None, where) from None
+            errors.append(str(_merge_error(e, merged, incoming, key, where)))
+    if len(errors) == failed:  # no single value failed: the file's merge as a whole did
+        raise _merge_error(first, merged, loaded, None, where) from None
+    return merged
 
 
 def _merge_error(e: Exception, merged: DictConfig, incoming: DictConfig, key: str | None,

@@ -29,7 +29,9 @@ def test_a_metric_repeating_one_already_shown_is_left_out():
 def test_every_metric_the_issue_asks_for_has_a_panel():
     names = ["objective/verifiable_reward", "eval/addition/pass@1", "objective/kl1_avg",
              "policy/entropy_avg", "val/sequence_lengths", "policy/clipfrac_avg",
-             "learner_tokens_per_second_step"]
+             "learner_tokens_per_second_step",
+             # the sampler/trainer mismatch gate's signals (rlvr.health)
+             "debug/engine_vs_local_logprob_diff_mean", "debug/engine_vs_local_kl"]
     metrics = pd.DataFrame({name: [float(i)] for i, name in enumerate(names)})
     assert {m for p in PANELS for m in panel_metrics(p, metrics)} == set(names)
 

@@ -41,6 +41,9 @@ PANELS = (
           ("learner_tokens_per_second_step", "derived/generation_tokens_per_second")),
     Panel("Loss", "loss", ("loss/policy_avg", "loss/total_avg")),
     Panel("Gradient norm", "norm (before clipping)", ("optim/grad_norm",)),
+    # The mismatch gate's signals (docs/health.md): bf16 noise near 0.01 is healthy.
+    Panel("Engine against learner (health gate)", "nats per token",
+          ("debug/engine_vs_local_logprob_diff_mean", "debug/engine_vs_local_kl")),
 )
 
 

@@ -2,6 +2,8 @@
 to the model and counted, never raised."""
 
 import asyncio
+import json
+import sys
 import time
 
 import pytest
@@ -97,6 +99,27 @@ def test_finding_a_call_takes_time_linear_in_the_turn(text, code):
 def test_a_malformed_call_says_why(text, problem):
     call = find_tool_call(text)
     assert call.code is None and problem in call.problem and len(call.problem) < 200
+
+
+@pytest.mark.parametrize("limit", [1000, 2000, 10000])
+def test_deep_nesting_is_refused_whatever_the_recursion_limit(limit):
+    """The parser's depth limit was the process's recursion limit: after torch's compile path
+    raised it to 2000 (another test, earlier in the same worker), 1000 `[`s parsed on to
+    "Expecting value at char 1000" and two cases above failed, depending on the test order."""
+    before = sys.getrecursionlimit()
+    sys.setrecursionlimit(limit)
+    try:
+        problems = [find_tool_call(NESTED).problem, find_tool_call(
+            '<tool_call>{"name": "python", "arguments": "' + "[" * 1000 + '"}</tool_call>'
+        ).problem]
+        # Brackets inside a string are code, not nesting.
+        code = "x = " + "[" * 600 + "]" * 600 + ' # "quoted" \\ \n'
+        call = find_tool_call("<tool_call>" + json.dumps(
+            {"name": "python", "arguments": {"code": code}}) + "</tool_call>")
+    finally:
+        sys.setrecursionlimit(before)
+    assert [p.split("(")[-1] for p in problems] == ["nested too deeply)"] * 2, problems
+    assert call.code == code
 
 
 def test_the_tools_output_comes_back_as_a_tool_turn(tiny_tokenizer, chat_prompt):

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from dataclasses import dataclass
 from typing import Awaitable, Callable
 
@@ -106,11 +107,45 @@ def _parse_tagged(body: str) -> ToolCall:
     return ToolCall(code)
 
 
+# Deeper JSON is refused before it is parsed: the parser's own limit is the process's
+# recursion limit, which torch's compile path raises from 1000 to 2000, so whether 1000 `[`s
+# parsed depended on what had run before in the process.
+MAX_JSON_DEPTH = 500
+_JSON_MARKS = re.compile(r'[\\"\[\]{}]')  # what changes the nesting or the string state
+
+
+def json_depth(text: str) -> int:
+    """The deepest nesting of arrays and objects in `text`, brackets inside strings aside: one
+    pass over its marks (a regular expression over strings would retry from every quote)."""
+    depth = deepest = 0
+    in_string, escaped_until = False, -1
+    for mark in _JSON_MARKS.finditer(text):
+        char, at = mark.group(), mark.start()
+        if at < escaped_until:  # the character a backslash escapes
+            continue
+        if in_string:
+            if char == "\\":
+                escaped_until = at + 2
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth = max(depth - 1, 0)
+    return deepest
+
+
 def _load_json(text: str) -> tuple[object, str]:
     """`text`'s JSON value and "", or None and why it has none. Besides bad syntax, the parser
-    raises RecursionError for nesting about 1000 deep and ValueError for an integer of more
-    than 4300 digits (Python's limit): a model can write either, and neither may end the
-    episode (it would lose the whole group)."""
+    raises RecursionError for deep nesting and ValueError for an integer of more than 4300
+    digits (Python's limit): a model can write either, and neither may end the episode (it
+    would lose the whole group). Nesting past `MAX_JSON_DEPTH` is refused first, so the answer
+    does not depend on the process's recursion limit."""
+    if json_depth(text) > MAX_JSON_DEPTH:
+        return None, "nested too deeply"
     try:
         return json.loads(text), ""
     except json.JSONDecodeError as e:

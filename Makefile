@@ -38,8 +38,18 @@ train: assets
 test: assets
 	$(PY) -m pytest -q $(XDIST) -m "not slow" $(PYTEST_ARGS)
 
+# test-slow also runs the rest of the suite in a random order (pytest-randomly, the same seed in
+# every worker), so a test that passes only after, or only without, what ran before it in its
+# worker fails here. The seed is printed; SEED=N reruns that order.
+ifndef SEED
+SEED := $(shell python3 -c 'import random; print(random.randrange(2**32))')
+endif
+RANDOM_ORDER := -p randomly --randomly-seed=$(SEED)
+
 test-slow: assets
-	$(PY) -m pytest -q $(XDIST) -m slow $(PYTEST_ARGS)
+	@echo "random order: seed $(SEED) (again: make test-slow SEED=$(SEED))"
+	$(PY) -m pytest -q $(XDIST) -m slow $(RANDOM_ORDER) $(PYTEST_ARGS)
+	$(PY) -m pytest -q $(XDIST) -m "not slow" $(RANDOM_ORDER) $(PYTEST_ARGS)
 
 test-all: assets
 	$(PY) -m pytest -q $(XDIST) $(PYTEST_ARGS)

@@ -15,12 +15,17 @@ import os
 import pickle
 import random
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
 
 from rlvr.checkpoint.state import (MANIFEST, TrainingState, capture_rng, load_latest_state,
                                    list_states, restore_rng, save_state, verify_state)
+
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _state(step: int) -> TrainingState:
@@ -248,6 +253,19 @@ def test_starting_over_moves_an_earlier_run_aside_whole(tmp_path, caplog):
             (tmp_path / "c", tmp_path / f"c.old-{number}")]
     assert (tmp_path / "c.old-1" / "checkpoints" / "step_000003").is_dir()
     assert f"the earlier run in {tmp_path / 'c'} was moved to {tmp_path / 'c.old-2'}" in caplog.text
+    from rlvr.interrupts import ResumeRefused
+
+    (tmp_path / "d" / "final").mkdir(parents=True)
+    os.chdir(tmp_path / "d")  # the run's directory is the current one: not renamed under us
+    try:
+        with pytest.raises(ResumeRefused, match="it is \\(or holds\\) the current directory"):
+            move_aside(Path("."), Path("state"))
+        os.chdir(tmp_path / "d" / "final")
+        with pytest.raises(ResumeRefused, match="the current directory"):
+            move_aside(tmp_path / "d", tmp_path / "d" / "state")
+    finally:
+        os.chdir(ROOT)
+    assert (tmp_path / "d" / "final").is_dir()
 
 
 def _metrics_to(path, last):

@@ -133,6 +133,13 @@ def move_aside(output_dir: Path, state_dir: Path) -> list[tuple[Path, Path]]:
     failed start's `config.yaml` is replaced by the new run's)."""
     if not earlier_run_evidence(output_dir, state_dir):
         return []
+    here = Path.cwd()
+    if output_dir.resolve() == here or output_dir.resolve() in here.parents:
+        # Renamed, it would take the process's working directory with it, and the new run
+        # would write into the moved one.
+        raise ResumeRefused(f"starting over needs the earlier run in {output_dir} moved aside, "
+                            "but it is (or holds) the current directory; move it yourself or "
+                            "use a new experiment.output_dir")
     moves = []
     keep_state_dir = (output_dir.resolve() not in state_dir.resolve().parents
                       and bool(list_states(state_dir)))  # else moved with the run, or empty

@@ -3,6 +3,7 @@ and, with --curve, held-out reward against wall time for full runs.
 
     python benchmarks/async_pipeline.py [--steps 6] [--engine transformers|vllm] [--actors]
     python benchmarks/async_pipeline.py --curve [--seeds 1 2] [--level 0.9] [--runs NAME ...]
+    python benchmarks/async_pipeline.py --smoke --steps 1   # seconds, configs/tiny.yaml
 
 Each variant is a separate `rlvr train configs/quickstart.yaml ...` process (fresh output dir,
 no eval in the s/step runs). Seconds per step is wall time from the end of step 1 to the end of
@@ -31,8 +32,9 @@ from pathlib import Path
 RLVR = str(Path(sys.executable).with_name("rlvr"))
 
 
-def train(name: str, overrides: list[str], out: Path) -> list[dict]:
-    cmd = [RLVR, "train", "configs/quickstart.yaml", f"experiment.output_dir={out}",
+def train(name: str, overrides: list[str], out: Path,
+          config: str = "configs/quickstart.yaml") -> list[dict]:
+    cmd = [RLVR, "train", config, f"experiment.output_dir={out}",
            "logging.progress_bar=false", "checkpoint.save_freq=0", "checkpoint.save_final=false",
            *overrides]
     print(f"[{name}] {' '.join(cmd[1:])}", flush=True)
@@ -54,11 +56,14 @@ def layout(args) -> list[str]:
 
 
 def step_time(args, tmp: Path) -> None:
-    episodes = 64 * (args.steps + 1)  # the quick-start batch is 8 prompts x 8 samples
+    # The quick-start batch is 8 prompts x 8 samples; --smoke's tiny one 4 x 4.
+    episodes = (16 if args.smoke else 64) * (args.steps + 1)
+    config = "configs/tiny.yaml" if args.smoke else "configs/quickstart.yaml"
     common = [f"experiment.total_episodes={episodes}", "eval.local_eval_every=0",
               "eval.eval_at_start=false", f"rollout.engine={args.engine}", *layout(args)]
-    sync = train("sync", common + ["rollout.async_steps=0"], tmp / "sync")
-    asyn = train("async", common + [f"rollout.async_steps={args.async_steps}"], tmp / "async")
+    sync = train("sync", common + ["rollout.async_steps=0"], tmp / "sync", config)
+    asyn = train("async", common + [f"rollout.async_steps={args.async_steps}"], tmp / "async",
+                 config)
     s, a = seconds_per_step(sync), seconds_per_step(asyn)
     dropped = sum(r.get("async/stale_results_dropped", 0.0) for r in asyn)
     off = [r["async/num_steps_off_policy"] for r in asyn if "async/num_steps_off_policy" in r]
@@ -136,6 +141,9 @@ def main() -> None:
                         metavar="NAME", help=f"--curve: which of {list(CURVE_RUNS)}")
     parser.add_argument("--level", type=float, default=0.9,
                         help="--curve: report when eval/scores first reaches this")
+    parser.add_argument("--smoke", action="store_true",
+                        help="the tiny model's config, not the quick start's: the path, not a "
+                             "figure (tests/benchmarks)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         (curve if args.curve else step_time)(args, Path(tmp))

@@ -62,7 +62,7 @@ def measure(args: argparse.Namespace) -> dict:
     model_dir = resolve_model_dir(cfg.model.name_or_path)
     batch = build_batch(args, cfg, load_tokenizer(model_dir))
     devices = plan_devices(cfg, None)
-    policy = load_causal_lm(model_dir, cfg.model.dtype, cfg.model.attn_implementation)
+    policy = load_causal_lm(model_dir, cfg.model.dtype, devices.attention)  # auto resolved
     learner = build_learner(cfg, model_dir, policy, devices)
     trainable, total = parameter_counts(learner.policy)
     a = cfg.algorithm

@@ -3,6 +3,11 @@ until the held-out greedy accuracy first reaches a level (0.9 by default).
 
     python benchmarks/time_to_accuracy.py [--seeds 1 2 3] [--level 0.9] [--max-steps 20]
                                           [--save-every 2] [--frameworks rlvr trl]
+    python benchmarks/time_to_accuracy.py --smoke   # seconds: the tiny model, rlvr, 2 steps
+
+`--smoke` runs the whole path (training, checkpoints, the evaluator, the report) on
+`configs/tiny.yaml` with its own engine, rlvr only, so the test suite can run it
+(tests/benchmarks); its figures mean nothing.
 
 The same work on both sides: SmolLM2-135M-Instruct, the quick start's task (single-digit
 addition, scored by the last number in the answer), 8 prompts x 8 samples a step, 32 new tokens
@@ -39,6 +44,10 @@ from rlvr.device import cpu_name
 TASK = dict(prompts=8, group=8, response_length=32, learning_rate=2e-5, warmup=2)
 
 
+QUICKSTART = "configs/quickstart.yaml"
+SMOKE_CONFIG = "configs/tiny.yaml"
+
+
 def quickstart_overrides(seed: int, out: Path, max_steps: int, extra: list[str] = ()) -> list:
     per_step = TASK["prompts"] * TASK["group"]
     return [f"experiment.seed={seed}", f"experiment.output_dir={out}",
@@ -56,8 +65,7 @@ def train_rlvr(args) -> None:
     from rlvr.trainer import one_training_step
 
     out = Path(args.out)
-    cfg = load_config("configs/quickstart.yaml", quickstart_overrides(args.seed, out,
-                                                                      args.max_steps))
+    cfg = load_config(args.config, quickstart_overrides(args.seed, out, args.max_steps))
     run = build_run(cfg)
     clock, stamps = 0.0, []
     try:
@@ -86,8 +94,7 @@ def train_trl(args) -> None:
 
     keep_freed_host_memory()  # the process-wide allocator setting rlvr's process has too
     out = Path(args.out)
-    cfg = load_config("configs/quickstart.yaml", quickstart_overrides(args.seed, out,
-                                                                      args.max_steps))
+    cfg = load_config(args.config, quickstart_overrides(args.seed, out, args.max_steps))
     _, tokenizer, data = build_data(cfg)  # the same held-out prompts are left out
     held_out = {p.id for s in data.eval_sets for p in s.prompts}
     train = [p for _, prompts, _ in data.train.sources for p in prompts if p.id not in held_out]
@@ -150,14 +157,15 @@ def evaluate(args) -> None:
     from rlvr.rollout import create_engine
     from rlvr.settings import engine_settings, eval_settings, scorer_settings
 
-    cfg = load_config("configs/quickstart.yaml",
-                      quickstart_overrides(args.seed, Path(args.out), 1, ["rollout.engine=vllm"]))
+    engine_name = "transformers" if args.config == SMOKE_CONFIG else "vllm"
+    cfg = load_config(args.config, quickstart_overrides(args.seed, Path(args.out), 1,
+                                                        [f"rollout.engine={engine_name}"]))
     model_dir, tokenizer, data = build_data(cfg)
     evaluator = Evaluator(data.eval_sets, eval_settings(cfg))
     # fp32 weights whatever the CPU: one fixed evaluator for both sides and every session's runs
-    engine = create_engine("vllm", model_dir, engine_settings(cfg, "cpu", bf16=False),
+    engine = create_engine(engine_name, model_dir, engine_settings(cfg, "cpu", bf16=False),
                            (tokenizer.eos_token_id,), tokenizer.pad_token_id)
-    scorer = RewardScorer.from_settings(scorer_settings(cfg))
+    scorer = RewardScorer.from_settings(scorer_settings(cfg, tokenizer))
     try:
         base = evaluator.run(engine, scorer).metrics["eval/scores"]
         for clock_file in args.clocks:
@@ -182,7 +190,8 @@ def evaluate(args) -> None:
 def child(kind: str, args, extra: list[str]) -> tuple[bool, str]:
     cmd = [sys.executable, __file__, "--child", kind, "--seed", str(args.seed_now),
            "--max-steps", str(args.max_steps), "--save-every", str(args.save_every),
-           "--level", str(args.level), "--out", str(args.out_now), *extra]
+           "--level", str(args.level), "--out", str(args.out_now), "--config", args.config,
+           *extra]
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "TRANSFORMERS_VERBOSITY": "error"}
     done = subprocess.run(cmd, env=env, capture_output=True, text=True)
     return done.returncode == 0, done.stderr[-2000:]
@@ -217,7 +226,13 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", default="")
     parser.add_argument("--clocks", nargs="*", default=[])
+    parser.add_argument("--config", default=QUICKSTART)
+    parser.add_argument("--smoke", action="store_true",
+                        help="the tiny model, rlvr only, 2 steps: the path, not a figure")
     args = parser.parse_args()
+    if args.smoke:
+        args.config, args.frameworks, args.seeds = SMOKE_CONFIG, ["rlvr"], args.seeds[:1]
+        args.max_steps, args.save_every = 2, 1
     if args.child:
         {"rlvr": train_rlvr, "trl": train_trl, "eval": evaluate}[args.child](args)
         return

@@ -22,7 +22,8 @@ import sys
 import time
 
 
-def child(engine_name: str, episodes: int, tokens: int, repeats: int) -> None:
+def child(engine_name: str, episodes: int, tokens: int, repeats: int,
+          model: str = "smollm2-135m-instruct") -> None:
     import torch
 
     torch.set_num_threads(2)
@@ -35,7 +36,7 @@ def child(engine_name: str, episodes: int, tokens: int, repeats: int) -> None:
     from rlvr.workflows import EpisodeRunner, WorkflowSettings
     from rlvr.workflows.single_turn import single_turn
 
-    model_dir = resolve_model_dir("smollm2-135m-instruct")
+    model_dir = resolve_model_dir(model)
     tok = load_tokenizer(model_dir)
     engine = create_engine(engine_name, model_dir,
                            EngineSettings(vllm_kv_cache_gb=1.0, vllm_max_model_len=512,
@@ -103,19 +104,21 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--engines", nargs="+", default=["transformers", "vllm"])
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--model", default="smollm2-135m-instruct",
+                        help="tiny-llama: the smoke run (tests/benchmarks), no figure")
     args = parser.parse_args()
     if args.child:
-        child(args.child, args.episodes, args.tokens, args.repeats)
+        child(args.child, args.episodes, args.tokens, args.repeats, args.model)
         return
     from rlvr.device import describe_host
 
     print(describe_host())
-    print(f"{args.episodes} single-turn episodes x {args.tokens} tokens, SmolLM2-135M, "
+    print(f"{args.episodes} single-turn episodes x {args.tokens} tokens, {args.model}, "
           f"median of {args.repeats}")
     for name in args.engines:
         result = subprocess.run([sys.executable, __file__, "--child", name,
                                  "--episodes", str(args.episodes), "--tokens", str(args.tokens),
-                                 "--repeats", str(args.repeats)],
+                                 "--repeats", str(args.repeats), "--model", args.model],
                                 capture_output=True, text=True, env={
                                     **__import__("os").environ,
                                     "VLLM_ENABLE_V1_MULTIPROCESSING": "0"})

@@ -81,9 +81,12 @@ def servers():
 
 
 def _remote(tmp_path, servers, steps=5):
+    # The fake servers sample random tokens with made-up logprobs, which the mismatch gate
+    # (rlvr.health) rightly stops in two steps: off, so the fault each test injects is the stop.
     addresses = "[" + ",".join(s.address for s in servers) + "]"
     return load_config(None, [
         *RUN, "rollout.engine=remote", f"rollout.server_addresses={addresses}",
+        "health.enabled=false",
         f"experiment.total_episodes={16 * steps}", f"experiment.output_dir={tmp_path}",
         "algorithm.filter_zero_std_samples=false", "checkpoint.checkpoint_state_freq=1",
         "rollout.server_request_timeout_s=0.5", "rollout.server_max_retries=1"])

@@ -65,10 +65,13 @@ def test_the_state_is_keyed_by_parameter_name(tiny_model_dir):
     assert state["policy"].keys() == learner.policy.state_dict().keys()
     assert state["reference"].keys() == state["policy"].keys()
     optimizer = state["optimizer"]
-    assert list(optimizer["state"]) == names
+    assert sorted(optimizer["state"]) == sorted(names)  # in the order of the groups
     assert all(entry.keys() == ADAMW_ENTRY for entry in optimizer["state"].values())
-    assert [group["params"] for group in optimizer["param_groups"]] == [names]
-    assert optimizer["param_groups"][0]["weight_decay"] == 0.01
+    # Two groups: matrices decayed, biases and norm weights not (`rlvr.learner.weight_decay`).
+    decayed, kept = optimizer["param_groups"]
+    assert sorted(decayed["params"] + kept["params"]) == sorted(names)
+    assert decayed["weight_decay"] == 0.01 and kept["weight_decay"] == 0.0
+    assert all("norm" in name for name in kept["params"])
     assert state["scheduler"] == learner.scheduler.state_dict()
 
 

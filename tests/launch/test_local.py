@@ -42,6 +42,7 @@ def _cfg(tmp_path, *extra):
     return load_config("configs/tiny.yaml", [
         f"experiment.output_dir={tmp_path}", "experiment.total_episodes=32",
         "rollout.engine=remote", "rollout.num_servers=2", "eval.local_eval_every=0",
+        "health.enabled=false",  # the fake servers' made-up logprobs meet the mismatch gate
         "eval.eval_at_start=false", "checkpoint.save_final=false", "checkpoint.save_freq=0",
         "logging.progress_bar=false", "rewards.num_workers=0", *extra])
 

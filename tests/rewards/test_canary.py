@@ -199,7 +199,11 @@ def test_every_built_in_verifier_has_cases():
     built_in = [name for name in VERIFIERS if ":" not in name
                 and VERIFIERS[name].score.__module__.startswith("rlvr.")]
     assert {"string_f1", "string_matcher", "math", "gsm8k", "ifeval", "code"} <= set(built_in)
-    assert [name for name in [*built_in, *BATCHED_VERIFIERS] if not cases_for(name)] == []
+    # Test modules register stub batched verifiers named test_* at import (test_batched.py,
+    # test_verifier_attacks2.py), left for the rest of the worker: not built in.
+    batched = [name for name in BATCHED_VERIFIERS if not name.startswith("test_")]
+    assert "llm_judge" in batched
+    assert [name for name in [*built_in, *batched] if not cases_for(name)] == []
 
 
 def test_string_and_ifeval_verifiers_pay_no_hedge(scorer):

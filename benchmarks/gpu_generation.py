@@ -25,6 +25,7 @@ import time
 import torch
 
 sys.path.append(os.path.dirname(os.path.abspath(__file__)))
+from generation import _prompts as gsm8k_prompts  # noqa: E402  (the CPU benchmark's)
 from gpu import SHAPES  # noqa: E402
 
 MODES = {  # name -> (transformers_decode, cuda_graphs, max_batch_rows or None for all rows)
@@ -59,13 +60,7 @@ def build(args, device: torch.device):
 
 def prompts(args, tokenizer, vocab: int) -> list[list[int]]:
     if args.gsm8k:
-        from rlvr.config import DataSourceConfig
-        from rlvr.data import load_source
-
-        examples, _ = load_source(DataSourceConfig(name="gsm8k", split="test"), seed=0)
-        return [list(tokenizer.apply_chat_template(list(ex.messages), add_generation_prompt=True,
-                                                   tokenize=True, return_dict=False))
-                for ex in examples[:args.prompts]]
+        return gsm8k_prompts(tokenizer, args.prompts)
     rng = random.Random(0)  # GSM8K's templated prompts are 100-220 tokens
     return [[rng.randrange(100, vocab - 100) for _ in range(rng.randint(args.prompt_min,
                                                                        args.prompt_max))]

@@ -15,6 +15,7 @@ import psutil
 import pytest
 
 from rlvr.rewards.sandbox import confine, run_tests, runner
+from tests.rewards.test_code_sandbox import owned_sandbox_processes
 
 ISOLATIONS = ["namespaces", "weak"]
 
@@ -24,15 +25,7 @@ def leftover_processes(timeout_s: float = 3.0) -> list[psutil.Process]:
     moment to land); killed here, so that a failure leaves nothing behind."""
     deadline = time.monotonic() + timeout_s
     while True:
-        found = []
-        for proc in psutil.process_iter(["cmdline", "status"]):
-            try:
-                if proc.info["status"] != psutil.STATUS_ZOMBIE and \
-                        "rlvr.rewards.sandbox.harness" in " ".join(proc.info["cmdline"] or ()) and \
-                        proc.environ().get("RLVR_SANDBOX_OWNER") == str(os.getpid()):
-                    found.append(proc)
-            except (psutil.NoSuchProcess, psutil.AccessDenied):
-                pass
+        found = owned_sandbox_processes()
         if not found or time.monotonic() > deadline:
             break
         time.sleep(0.1)

@@ -34,7 +34,7 @@ from typing import Callable
 
 import torch
 
-from rlvr.types import Completion, SamplingParams
+from rlvr.types import SamplingParams
 
 log = logging.getLogger(__name__)
 

@@ -31,6 +31,20 @@ KEY = "the-runs-key-0123456789-abcdefghijklmnop"
 OK = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 
 
+def _read_request(conn: socket.socket) -> bytes:
+    """One HTTP request whole: its headers, then the body its Content-Length names (so a
+    listener can pass it on, or show everything a client sent)."""
+    request = chunk = conn.recv(65536)
+    while chunk and b"\r\n\r\n" not in request:  # an empty chunk: the client closed
+        request += (chunk := conn.recv(65536))
+    head, _, body = request.partition(b"\r\n\r\n")
+    length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                   if line.lower().startswith(b"content-length:")), 0)
+    while chunk and len(body) < length:
+        body += (chunk := conn.recv(65536))
+    return head + b"\r\n\r\n" + body
+
+
 class Listener:
     """A stranger on a port: records the bytes of every request it is sent and answers each
     with `answer(request)`, raw bytes (default: 200 to anything)."""
@@ -62,9 +76,8 @@ class Listener:
             with conn:
                 conn.settimeout(2.0)
                 try:
-                    request = conn.recv(65536)
-                    self.received.append(request)
-                    conn.sendall(self.answer(request))
+                    self.received.append(_read_request(conn))
+                    conn.sendall(self.answer(self.received[-1]))
                 except OSError:
                     pass
 

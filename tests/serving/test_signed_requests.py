@@ -44,33 +44,6 @@ def _send_raw(address: str, request: bytes) -> bytes:
     return b"".join(chunks)
 
 
-class Squatter(Listener):
-    """A `Listener` that reads each request whole (headers, then the body its length names)
-    before it answers, and so can pass it on whole."""
-
-    def _serve(self) -> None:
-        while not self._stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                continue
-            with conn:
-                conn.settimeout(2.0)
-                try:
-                    request = conn.recv(65536)
-                    while b"\r\n\r\n" not in request:
-                        request += conn.recv(65536)
-                    head, _, body = request.partition(b"\r\n\r\n")
-                    length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
-                                   if line.lower().startswith(b"content-length:")), 0)
-                    while len(body) < length:
-                        body += conn.recv(65536)
-                    self.received.append(head + b"\r\n\r\n" + body)
-                    conn.sendall(self.answer(self.received[-1]))
-                except OSError:
-                    pass
-
-
 def _status(answer: bytes) -> int:
     return int(answer.split(b" ", 2)[1])
 
@@ -103,7 +76,7 @@ def test_a_squatter_on_a_dead_servers_port_learns_nothing_it_can_reuse():
         assert client.healthy()
         client.pause("wait")  # served while it lived
         port, name = int(server.address.rsplit(":", 1)[1]), server.name
-    with Squatter(port=port) as squatter:  # the port, taken; it answers 200 to anything
+    with Listener(port=port) as squatter:  # the port, taken; it answers 200 to anything
         with pytest.raises(ServerError, match="signature"):
             client.resume()
         with pytest.raises(ServerError, match="signature"):
@@ -122,7 +95,7 @@ def test_a_squatter_on_a_dead_servers_port_learns_nothing_it_can_reuse():
 
 def test_a_request_replayed_to_the_server_that_served_it_is_refused():
     with _serving(FakeServer(key=KEY)) as server, \
-            Squatter(relay_to(server.address)) as tap:  # passes it on, keeps a copy
+            Listener(relay_to(server.address)) as tap:  # passes it on, keeps a copy
         client = ServerClient(tap.address, key=KEY, name=server.name)
         client.pause("keep")
         client.close()
@@ -134,7 +107,7 @@ def test_a_request_replayed_to_the_server_that_served_it_is_refused():
 def test_a_request_relayed_to_another_server_of_the_run_is_refused():
     """A squatter on server A's port passes A's request to B, which holds the same key: B
     refuses it (signed for A's name), and the client refuses B's unsigned refusal."""
-    with _serving(FakeServer(key=KEY)) as b, Squatter(relay_to(b.address)) as squatter_on_a:
+    with _serving(FakeServer(key=KEY)) as b, Listener(relay_to(b.address)) as squatter_on_a:
         client = ServerClient(squatter_on_a.address, key=KEY)  # signs for A's name
         with pytest.raises(ServerError, match="signature"):
             client.pause("wait")
@@ -146,7 +119,7 @@ def test_a_body_changed_on_the_way_is_refused():
     def tamper(request: bytes) -> bytes:
         return relay_to(server.address)(request.replace(b'"3"}', b'"9"}'))
 
-    with _serving(FakeServer(key=KEY)) as server, Squatter(tamper) as squatter:
+    with _serving(FakeServer(key=KEY)) as server, Listener(tamper) as squatter:
         client = ServerClient(squatter.address, key=KEY, name=server.name)
         with pytest.raises(ServerError, match="signature"):
             client.set_version(3)
@@ -164,7 +137,7 @@ def test_the_client_refuses_an_answer_not_signed_for_its_request():
               _http("200 OK", GENERATED, f"{ANSWER_SIGNATURE_HEADER}: {'0' * 64}\r\n"),
               _http("200 OK", GENERATED, f"{ANSWER_SIGNATURE_HEADER}: {old}\r\n")]
     for answer in forged:
-        with Squatter(lambda r, a=answer: a) as squatter:
+        with Listener(lambda r, a=answer: a) as squatter:
             client = ServerClient(squatter.address, key=KEY)
             with pytest.raises(ServerError, match="signature"):
                 asyncio.run(_generate(client))
@@ -179,7 +152,7 @@ def test_the_client_refuses_a_real_answer_whose_status_or_body_was_changed():
             answer = relay_to(server.address)(request)
             return answer.replace(b'"weight_version": "default"', b'"weight_version": "1234567"')
 
-        with Squatter(relabel) as squatter:
+        with Listener(relabel) as squatter:
             client = ServerClient(squatter.address, key=KEY, name=server.name)
             with pytest.raises(ServerError, match="signature"):
                 client.weight_version()

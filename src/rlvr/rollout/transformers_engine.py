@@ -116,6 +116,10 @@ class TransformersEngine:
                                                    gen),
             forward_lock=self._lock,
             stop_string_end=lambda toks, end: self._stop_string_at(toks, end, params))
+        return self._completions(tokens, logprobs, stopped, version)
+
+    def _completions(self, tokens: list[list[int]], logprobs: list[list[float]],
+                     stopped: list[bool], version: int) -> list[Completion]:
         return [Completion(token_ids_T=t, logprobs_T=lp, finish_reason="stop" if s else "length",
                            text=self.tokenizer.decode(t, skip_special_tokens=True),
                            model_version=version)
@@ -172,13 +176,7 @@ class TransformersEngine:
                                  use_cache=True)
             cache, logits_bV = out.past_key_values, out.logits[:, -1].float()
             next_pos_b = next_pos_b + 1
-        return [
-            Completion(token_ids_T=tokens[i], logprobs_T=logprobs[i],
-                       finish_reason="stop" if stopped[i] else "length",
-                       text=self.tokenizer.decode(tokens[i], skip_special_tokens=True),
-                       model_version=version)
-            for i in range(len(rows))
-        ]
+        return self._completions(tokens, logprobs, stopped, version)
 
     def _left_pad(self, rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
         width = max(len(r) for r in rows)

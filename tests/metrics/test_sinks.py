@@ -3,6 +3,7 @@
 import io
 import json
 import math
+import time
 
 import pytest
 
@@ -49,10 +50,13 @@ def test_wandb_offline(tmp_path):
 
 def test_console_prints_a_line_per_step_without_a_tty():
     out = io.StringIO()
-    sink = ConsoleSink(3, ["objective/verifiable_reward", "missing"], stream=out)
+    clock = lambda: time.struct_time((2026, 11, 28, 20, 18, 36, 5, 332, 0))  # noqa: E731
+    sink = ConsoleSink(3, ["objective/verifiable_reward", "missing"], stream=out, clock=clock)
     sink.log(1, {"objective/verifiable_reward": 0.25})
     sink.close()
-    assert out.getvalue() == "step 1/3 verifiable_reward=0.25\n"
+    # Timestamped, and each figure under its metric's name: `eval/scores` and `objective/scores`
+    # are different metrics, which a shortened `scores=` could not tell apart.
+    assert out.getvalue() == "20:18:36 step 1/3 objective/verifiable_reward=0.25\n"
 
 
 def test_step_timer_accumulates():

@@ -1,7 +1,8 @@
 """Step metrics: where they go (`sinks`) and the learner's throughput and MFU (`throughput`);
 the samples behind them, as Parquet trace files (`traces`)."""
 
-from rlvr.metrics.sinks import (ConsoleSink, JsonlSink, MetricSink, MetricsLogger, StepTimer,
+from rlvr.metrics.console import ConsoleSink
+from rlvr.metrics.sinks import (JsonlSink, MetricSink, MetricsLogger, StepTimer,
                                 TensorBoardSink, WandbSink, build_sinks)
 from rlvr.metrics.throughput import (ModelShape, default_peak_flops, learner_throughput, mfu,
                                      transformer_flops_per_token)

@@ -9,7 +9,6 @@ import json
 import logging
 import math
 import os
-import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Iterator, Protocol
 
 from rlvr.checkpoint.atomic import write_text_atomic
 from rlvr.config import Config
+from rlvr.metrics.console import CONSOLE_KEYS, ConsoleSink
 
 
 class MetricSink(Protocol):
@@ -105,41 +105,6 @@ class WandbSink:
         self._run.finish()
 
 
-class ConsoleSink:
-    """A rich progress bar with the key figures; one plain line per step when not a TTY."""
-
-    def __init__(self, total_steps: int, keys: list[str], stream=None):
-        self.keys = keys
-        self.total = total_steps
-        self.stream = stream or sys.stdout
-        self._progress = None
-        if self.stream.isatty():
-            from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
-
-            self._progress = Progress(TextColumn("step {task.completed}/{task.total}"), BarColumn(),
-                                      TimeRemainingColumn(), TextColumn("{task.fields[figures]}"))
-            self._task = self._progress.add_task("train", total=total_steps, figures="")
-            self._progress.start()
-
-    def _figures(self, metrics: dict[str, float]) -> str:
-        parts = []
-        for key in self.keys:
-            if key in metrics and _finite_or_none(metrics[key]) is not None:
-                parts.append(f"{key.split('/')[-1]}={metrics[key]:.3g}")
-        return " ".join(parts)
-
-    def log(self, step: int, metrics: dict[str, float]) -> None:
-        if self._progress is not None:
-            self._progress.update(self._task, completed=step, figures=self._figures(metrics))
-        else:
-            print(f"step {step}/{self.total} {self._figures(metrics)}", file=self.stream,
-                  flush=True)
-
-    def close(self) -> None:
-        if self._progress is not None:
-            self._progress.stop()
-
-
 class MetricsLogger:
     def __init__(self, sinks: list[MetricSink]):
         self.sinks = sinks
@@ -176,9 +141,6 @@ class StepTimer:
     def as_metrics(self) -> dict[str, float]:
         return {f"time/{k}": v for k, v in self.seconds.items()}
 
-
-CONSOLE_KEYS = ["objective/verifiable_reward", "eval/scores", "loss/policy_avg",
-                "val/sequence_lengths", "time/step"]
 
 
 def build_sinks(cfg: Config, output_dir: Path, config_dict: dict) -> list[MetricSink]:

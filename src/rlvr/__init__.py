@@ -9,6 +9,7 @@ The surface a user scripts against:
     def exact_sum(completion: str, ground_truth: str) -> float:
         return float(completion.strip() == ground_truth)
 
+    rlvr.configure_logging()  # rlvr's progress lines on stderr, the libraries' chatter off
     cfg = rlvr.load_config("configs/tiny.yaml", ["rewards.remap_verifier={last_number: exact_sum}"])
     run = rlvr.train(cfg)
 
@@ -33,6 +34,7 @@ _EXPORTS = {
     "WORKFLOWS": "rlvr.workflows.base", "register_workflow": "rlvr.workflows.base",
     "Trajectory": "rlvr.workflows.base", "TrajectoryBuilder": "rlvr.workflows.base",
     "EpisodeContext": "rlvr.workflows.base",
+    "configure_logging": "rlvr.console",
 }
 __all__ = sorted(_EXPORTS)
 

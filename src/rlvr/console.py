@@ -1,0 +1,123 @@
+"""What a person reads on the console: timestamped log lines, announced start-up phases, and no
+third-party noise.
+
+What it is: `configure_logging()` (the CLI calls it; from Python, call it once, as
+docs/getting-started.md says), `quiet_third_party()` (the libraries rlvr drives print warnings,
+banners and loading bars meant for their own users: silenced unless `RLVR_DEBUG=1`), and
+`phase(...)`, which announces a start-up phase and says how long it took.
+What it is not: the per-step line (`rlvr.metrics.console`) or the metrics (`rlvr.metrics`).
+
+Quieting is idempotent and cheap, so library entry points (`build_run`, `rlvr eval`) call it
+too: a user who trains from Python gets the same console as the CLI's.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+import warnings
+from contextlib import contextmanager
+from typing import Iterator
+
+log = logging.getLogger("rlvr")
+
+DEBUG_ENV = "RLVR_DEBUG"  # 1: every third-party line, and rlvr's own at DEBUG
+LEVEL_ENV = "RLVR_LOG_LEVEL"  # debug | info | warning | error
+TIME_FORMAT = "%H:%M:%S"
+LINE_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+# Loggers of libraries rlvr drives, and the level below which their lines are noise here: vLLM's
+# start-up banner and Triton notes, torch's "Triton not available", Ray's and httpx's per-call
+# lines. Their warnings about what rlvr asked them are kept where they can matter (vllm).
+THIRD_PARTY_LEVELS = {"vllm": logging.WARNING, "torch": logging.ERROR,
+                      "transformers": logging.ERROR, "datasets": logging.WARNING,
+                      "ray": logging.WARNING, "httpx": logging.WARNING,
+                      "urllib3": logging.WARNING, "filelock": logging.WARNING,
+                      "numexpr": logging.WARNING, "accelerate": logging.WARNING,
+                      "peft": logging.WARNING, "huggingface_hub": logging.WARNING}
+# Deprecation notices raised inside these packages are for their authors, not rlvr's users.
+THIRD_PARTY_MODULES = r"(vllm|torch|transformers|ray|datasets|peft|triton)(\.|$)"
+# Read by the libraries at import (the C++ side of torch and vLLM logs before Python can filter).
+# (vLLM's own level is set with its other variables: rlvr.rollout.vllm_engine.)
+QUIET_ENV = {"TORCH_CPP_LOG_LEVEL": "ERROR", "TOKENIZERS_PARALLELISM": "false", "TRANSFORMERS_VERBOSITY": "error",
+             "HF_HUB_DISABLE_PROGRESS_BARS": "1", "RAY_DEDUP_LOGS": "1"}
+
+
+def debug_requested() -> bool:
+    return os.environ.get(DEBUG_ENV, "").strip() not in ("", "0", "false", "no")
+
+
+def requested_level(default: str = "info") -> int:
+    """`RLVR_DEBUG=1` wins; else `RLVR_LOG_LEVEL`; else `default`."""
+    if debug_requested():
+        return logging.DEBUG
+    name = os.environ.get(LEVEL_ENV, default).strip().upper()
+    level = logging.getLevelName(name)
+    if not isinstance(level, int):
+        raise ValueError(f"{LEVEL_ENV}={name.lower()!r}: expected debug, info, warning or error")
+    return level
+
+
+def configure_logging(level: int | str | None = None, stream=None) -> None:
+    """rlvr's lines at `level` (default: `requested_level()`), timestamped, on `stream` (stderr),
+    and the libraries quietened (`quiet_third_party`). Replaces the handler it installed before,
+    so calling it twice does not print lines twice."""
+    if isinstance(level, str):
+        level = logging.getLevelName(level.upper())
+    level = requested_level() if level is None else level
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        if getattr(handler, "_rlvr", False):
+            root.removeHandler(handler)
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.setFormatter(logging.Formatter(LINE_FORMAT, TIME_FORMAT))
+    handler._rlvr = True  # type: ignore[attr-defined]
+    root.addHandler(handler)
+    root.setLevel(level)
+    quiet_third_party()
+
+
+def quiet_third_party() -> None:
+    """Silence the libraries' own chatter (see THIRD_PARTY_LEVELS and QUIET_ENV); a no-op under
+    `RLVR_DEBUG=1`. Environment defaults only reach libraries not yet imported, so the CLI calls
+    this before importing any of them."""
+    if debug_requested():
+        return
+    for key, value in QUIET_ENV.items():
+        os.environ.setdefault(key, value)
+    for name, level in THIRD_PARTY_LEVELS.items():
+        logger = logging.getLogger(name)
+        if logger.level == logging.NOTSET or logger.level < level:
+            logger.setLevel(level)
+    for category in (FutureWarning, DeprecationWarning, UserWarning):
+        warnings.filterwarnings("ignore", category=category, module=THIRD_PARTY_MODULES)
+    if "transformers" in sys.modules:  # its verbosity and bars live in its own module state
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+
+
+def quiet_imported_torch() -> None:
+    """torch resets its loggers' levels when it is imported (torch._logging): call this after
+    importing torch for THIRD_PARTY_LEVELS to hold."""
+    if debug_requested():
+        return
+    for name in ("torch", "torch._library", "torch.distributed", "torch._dynamo",
+                 "torch._inductor"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+@contextmanager
+def phase(what: str, logger: logging.Logger = log) -> Iterator[dict]:
+    """Announce a start-up phase, then say it is done and how long it took:
+    `with phase("model") as done: ...; done["detail"] = "135M parameters"` logs `model ...`,
+    then `model: 135M parameters (0.4 s)`."""
+    logger.info("%s ...", what)
+    start = time.perf_counter()
+    done: dict = {}
+    yield done
+    seconds = time.perf_counter() - start
+    logger.info("%s: %s (%.1f s)", what, done.get("detail") or "done", seconds)

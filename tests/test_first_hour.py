@@ -75,3 +75,23 @@ def test_rlvr_help_imports_no_torch(tmp_path):
                           timeout=300, cwd=tmp_path)  # a `train` that trains lands there
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_generate_with_several_answers_samples_them(capsys):
+    """`rlvr generate --n 3` printed three identical greedy answers: temperature 0 was the
+    default whatever --n asked. Several answers now sample (temperature 1.0), one stays greedy."""
+    assert main(["generate", "tiny-llama", "--prompt", "1+1?", "--n", "3", "--max-tokens",
+                 "12"]) == 0
+    answers = capsys.readouterr().out.split("\n[")  # random weights: answers hold newlines
+    assert len(answers) == 3 and len(set(answers)) > 1, answers
+    assert main(["generate", "tiny-llama", "--prompt", "1+1?", "--n", "1", "--max-tokens",
+                 "12"]) == 0
+    assert len(capsys.readouterr().out.split("\n[")) == 1
+
+
+def test_no_declared_dependency_goes_unused():
+    """`accelerate` was declared and imported by nothing."""
+    import tomllib
+
+    project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    assert not [d for d in project["project"]["dependencies"] if d.startswith("accelerate")]

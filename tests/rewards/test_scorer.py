@@ -113,6 +113,19 @@ def test_a_failing_verifier_is_a_counted_error_scoring_zero(scorer, caplog, veri
     assert "sample s0" in caplog.text and error_text in caplog.text
 
 
+def test_a_verifier_failing_every_sample_prints_one_error_and_a_summary(caplog):
+    """A broken verifier fails every sample: the console got a warning per sample; now the
+    first error whole, then one line for the step."""
+    with RewardScorer(num_workers=0) as s:
+        with caplog.at_level(logging.WARNING, logger="rlvr.rewards.scorer"):
+            s.score([_req(i, verifiers=("test_raises",)) for i in range(5)])
+            assert s.metrics_since_last()["reward/verifier_errors"] == 5
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("verifier error on sample s0: test_raises: RuntimeError")
+    assert lines[1].startswith("5 verifier errors and 0 timeouts in this step")
+
+
 def test_other_verifiers_of_a_failing_request_keep_their_scores(scorer):
     out = scorer.score([_req(0, verifiers=("gsm8k", "test_raises", "last_number"))])
     assert out[0].per_verifier == {"gsm8k": 1.0, "test_raises": 0.0, "last_number": 1.0}

@@ -13,6 +13,7 @@ from typing import Callable
 import torch
 
 from rlvr.config import ConfigError
+from rlvr.console import phase
 from rlvr.models.checks import (check_config_against_weights, check_loading_info,
                                check_model_dir_files, check_tokenizer_file,
                                check_tokenizer_tokens, check_weight_files)
@@ -49,8 +50,10 @@ def _resolve(name_or_path: str) -> str:
         revision = BUILTIN_REVISIONS.get(name_or_path, 1)
         suffix = f".v{revision}" if revision > 1 else ""
         target = cache_root() / "models" / f"{name_or_path}{suffix}"
-        if not (target / "config.json").exists():
-            _write_atomically(target, BUILTIN_MODELS[name_or_path])
+        if not (target / "config.json").exists():  # the first use: up to a minute
+            with phase(f"model {name_or_path}: converting into {target}") as done:
+                _write_atomically(target, BUILTIN_MODELS[name_or_path])
+                done["detail"] = "written"
         return str(target)
     if Path(name_or_path).exists():
         return name_or_path

@@ -402,14 +402,20 @@ class RewardScorer:
                  timed_out: bool = False) -> RewardOutcome:
         from rlvr.types import RewardOutcome  # here, not at the top: see the module docstring
 
+        # The first failure since the last report is printed whole; the others are counted and
+        # summed up once per step (`metrics_since_last`): a broken verifier fails every sample,
+        # and a line per sample buried the console.
         if timed_out:
             self.num_timeouts += 1
-            log.warning("verifiers %s timed out on sample %s (a worker's limit is %.1f s; it "
-                        "was replaced)", ",".join(request.verifiers), request.sample_id,
-                        self.timeout_s)
+            first = self.num_timeouts - self._reported[1] == 1
+            (log.warning if first else log.debug)(
+                "verifiers %s timed out on sample %s (a worker's limit is %.1f s; it was "
+                "replaced)", ",".join(request.verifiers), request.sample_id, self.timeout_s)
         elif error:
             self.num_errors += 1
-            log.warning("verifier error on sample %s: %s", request.sample_id, error)
+            first = self.num_errors - self._reported[0] == 1
+            (log.warning if first else log.debug)("verifier error on sample %s: %s",
+                                                  request.sample_id, error)
         return RewardOutcome(score=AGGREGATORS[self.aggregator](scores) if scores else 0.0,
                              error=error, timed_out=timed_out,
                              per_verifier=dict(zip(request.verifiers, scores)))
@@ -421,6 +427,10 @@ class RewardScorer:
         errors = self.num_errors - self._reported[0]
         timeouts = self.num_timeouts - self._reported[1]
         self._reported = (self.num_errors, self.num_timeouts)
+        if errors > 1 or timeouts > 1:  # the first of each was printed as it happened
+            log.warning("%d verifier errors and %d timeouts in this step (the first of each "
+                        "printed above; reward/verifier_errors, reward/verifier_timeouts)",
+                        errors, timeouts)
         seconds, self._seconds = self._seconds, 0.0
         return {"reward/verifier_errors": errors, "reward/verifier_timeouts": timeouts,
                 "time/scoring": seconds}

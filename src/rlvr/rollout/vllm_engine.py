@@ -27,6 +27,7 @@ from typing import Iterable
 
 import torch
 
+from rlvr.console import debug_requested
 from rlvr.device import VLLMPlacement, resolve_device, vllm_placement
 from rlvr.rollout.base import EngineSettings, register_engine
 from rlvr.rollout.seeds import derive_seed
@@ -60,7 +61,7 @@ def configure_vllm_environment(where: VLLMPlacement) -> None:
         "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
         "VLLM_CACHE_ROOT": os.path.join(os.path.expanduser("~"), ".cache", "rlvr", "vllm"),
         # Its per-call warnings (raw prompts, rotary weights on reload) are noise here.
-        "VLLM_LOGGING_LEVEL": "ERROR",
+        "VLLM_LOGGING_LEVEL": "INFO" if debug_requested() else "ERROR",
         **where.env,
     }
     for key, value in defaults.items():
@@ -102,6 +103,8 @@ class VLLMEngine:
             enable_chunked_prefill=False,
             max_num_batched_tokens=max(cfg.vllm_max_model_len, 8192),
             logprobs_mode="processed_logprobs",
+            # Its weight-loading bar is noise on rlvr's console (RLVR_DEBUG=1 shows it).
+            use_tqdm_on_load=debug_requested(),
             # Methods every vLLM worker runs on `collective_rpc`: joining the learner's broadcast
             # group and loading weights bucket by bucket (rlvr.rollout.vllm_weight_receiver).
             worker_extension_cls=WORKER_EXTENSION)

@@ -50,7 +50,10 @@ def test_a_multi_turn_episode_is_counted_whole(tmp_path):
     with pytest.raises(ConfigError, match=r"rollout.response_length=128 x rollout.max_turns=3 "
                                           r"= 512 tokens, more than the model's 500"):
         check_position_limit(cfg, model)
-    check_position_limit(cfg, model, trains=False)  # an eval answer is one turn: 256
+    # `rlvr eval` (trains=False) plays the run's episodes too, turns and all; it once counted
+    # one eval answer (256) and let the third turn run past the positions.
+    with pytest.raises(ConfigError, match=r"rollout.response_length=128 x rollout.max_turns=3"):
+        check_position_limit(cfg, model, trains=False)
 
 
 def test_directory_problems(tmp_path):

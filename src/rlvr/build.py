@@ -241,7 +241,7 @@ def build_run(cfg: Config, start: StartPlan | None = None) -> Run:
               engine=engine, scorer=scorer, source=source, logger=logger,
               model_shape=ModelShape.of(policy), state_dir=state_dir, resume_from=state,
               devices=devices, traces=traces,
-              evaluator=Evaluator(data.eval_sets, eval_settings(cfg)))
+              evaluator=Evaluator(data.eval_sets, eval_settings(cfg), tokenizer))
     return run
 
 

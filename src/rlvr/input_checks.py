@@ -318,16 +318,17 @@ def _finite_number(value: object) -> bool:
 
 def check_position_limit(cfg: Config, model_dir: str, trains: bool = True) -> None:
     """The longest sequence the run makes fits the model's positions: the prompt limit plus
-    an eval answer, and, for a run that `trains`, plus a training episode. A longer one failed
-    mid-run (GPT-2's position table: IndexError) or generated past what the model was trained
-    on for minutes. ConfigError naming the fields, before any weights load."""
+    an eval answer, and plus a training episode for a run that `trains` or whose workflow
+    plays several turns (eval plays the run's episodes too, `rlvr.producer.evaluation`). A
+    longer one failed mid-run (GPT-2's position table: IndexError) or generated past what the
+    model was trained on for minutes. ConfigError naming the fields, before any weights load."""
     found = model_position_limit(model_dir)
     if found is None:
         return
     limit, key = found
     r, prompt = cfg.rollout, cfg.data.max_prompt_length
     spans = []
-    if trains:
+    if trains or r.workflow != "single_turn":
         if r.workflow == "single_turn":
             spans.append((f"rollout.response_length={r.response_length}", cfg.episode_tokens))
         elif r.max_episode_tokens:

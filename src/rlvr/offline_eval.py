@@ -5,8 +5,9 @@ What it is: from a config (its `model.name_or_path` replaced by the model given:
 a Hugging Face directory, or a run's `checkpoints/step_*` / `final`), build only what evaluation
 needs (prompts and tokenizer through `rlvr.build.build_data`, one engine in this process per
 `rollout.engine`, the verifier scorer), run the same `rlvr.producer.evaluation.Evaluator` as the
-training loop, print a table per eval set and write the results atomically (into
-`experiment.output_dir/eval/`, never into the model's directory).
+training loop (the config's workflow plays each episode, its tools and turns included), print a
+table per eval set and write the results atomically (into `experiment.output_dir/eval/`, never
+into the model's directory).
 What it is not: no learner, optimizer, reference model or Ray actors are built (a config's
 engine actors become one engine here), and nothing of a run's output directory is touched
 besides the results file.
@@ -26,6 +27,7 @@ from rlvr.build import build_data, plan_devices, prepare_process
 from rlvr.settings import engine_settings, eval_settings, scorer_settings
 from rlvr.checkpoint import write_text_atomic
 from rlvr.config import Config, ConfigError
+from rlvr.input_checks import check_code_sandbox
 from rlvr.models import TRUST_REMOTE_CODE
 from rlvr.producer.evaluation import EvalResult, Evaluator
 from rlvr.rewards.scorer import RewardScorer
@@ -51,6 +53,7 @@ def build_eval(cfg: Config) -> EvalParts:
     """Data (bad rows fail first), then one engine in this process, then the scorer."""
     prepare_process(cfg)
     model_dir, tokenizer, data = build_data(cfg)
+    check_code_sandbox(cfg, data)  # a code verifier or tool_use runs answers' code here too
     if cfg.rollout.vllm_num_engines > 0:
         log.info("rlvr eval runs one %s engine in this process (rollout.vllm_num_engines=%d "
                  "applies to training)", cfg.rollout.engine, cfg.rollout.vllm_num_engines)
@@ -59,7 +62,8 @@ def build_eval(cfg: Config) -> EvalParts:
     settings = replace(engine_settings(cfg, devices.type, devices.bf16), colocate=False)
     engine = create_engine(cfg.rollout.engine, model_dir, settings,
                            generation_eos_ids(model_dir, tokenizer), tokenizer.pad_token_id)
-    return EvalParts(evaluator=Evaluator(data.eval_sets, eval_settings(cfg)), engine=engine,
+    return EvalParts(evaluator=Evaluator(data.eval_sets, eval_settings(cfg), tokenizer),
+                     engine=engine,
                      scorer=RewardScorer.from_settings(scorer_settings(cfg, tokenizer)))
 
 

@@ -29,6 +29,7 @@ from rlvr.rollout import EngineSettings
 from rlvr.serving.auth import run_key_path
 from rlvr.types import SamplingParams
 from rlvr.workflows import WorkflowSettings
+from rlvr.workflows.runner import EpisodePath
 
 
 def learner_settings(cfg: Config, bf16: bool = False) -> LearnerSettings:
@@ -91,6 +92,7 @@ def engine_settings(cfg: Config, device: str, bf16: bool) -> EngineSettings:
 
 def source_settings(cfg: Config) -> SourceSettings:
     r, a = cfg.rollout, cfg.algorithm
+    path = episode_path(cfg)  # evaluation plays the same
     return SourceSettings(
         prompts_per_step=r.num_unique_prompts_rollout,
         sampling=SamplingParams(n=r.num_samples_per_prompt_rollout, temperature=r.temperature,
@@ -99,16 +101,23 @@ def source_settings(cfg: Config) -> SourceSettings:
         shaping=reward_shaping(cfg),
         active=ActiveSampling(a.active_sampling, a.active_sampling_max_rounds),
         retire_pass_rate=a.no_resampling_pass_rate,
-        workflow=r.workflow, workflow_settings=workflow_settings(cfg),
-        episode_timeout_s=r.episode_timeout_s,
+        workflow=path.workflow, workflow_settings=path.settings,
+        episode_timeout_s=path.episode_timeout_s,
         tokenizer_dir=resolve_model_dir(cfg.model.name_or_path),
-        chat_template=cfg.data.chat_template)
+        chat_template=path.chat_template)
 
 
 def sampling_stop_strings(cfg: Config) -> tuple[str, ...]:
     """Where training and eval samples stop: `rollout.stop_strings`, then those the chat
     template's format implies (r1_zero's `</answer>`)."""
     return merge_stop_strings(cfg.rollout.stop_strings, cfg.data.chat_template)
+
+
+def episode_path(cfg: Config) -> EpisodePath:
+    """How the run plays an episode: the source's (`SourceSettings.episode_path`) and the
+    evaluator's (`EvalSettings.episodes`), so an eval episode runs the workflow training runs."""
+    return EpisodePath(cfg.rollout.workflow, workflow_settings(cfg), cfg.rollout.episode_timeout_s,
+                       cfg.data.chat_template)
 
 
 def workflow_settings(cfg: Config) -> WorkflowSettings:
@@ -146,14 +155,16 @@ def judge_settings(cfg: Config) -> JudgeSettings | None:
 
 
 def eval_settings(cfg: Config) -> EvalSettings:
-    """`eval.*` as the evaluator reads it; stop strings are training's (the same answers)."""
+    """`eval.*` as the evaluator reads it; stop strings are training's (the same answers), and
+    so is the episode (the run's workflow, `episode_path`)."""
     ev = cfg.eval
     return EvalSettings(
         sampling=SamplingParams(n=ev.num_samples, temperature=ev.temperature, top_p=ev.top_p,
                                 max_tokens=cfg.eval_response_length,
                                 stop_strings=sampling_stop_strings(cfg),
                                 seed=cfg.experiment.seed),
-        pass_at_k=tuple(ev.pass_at_k), max_prompts=ev.max_prompts)
+        pass_at_k=tuple(ev.pass_at_k), max_prompts=ev.max_prompts,
+        episodes=episode_path(cfg))
 
 
 def reward_shaping(cfg: Config) -> RewardShaping:

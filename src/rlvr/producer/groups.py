@@ -55,7 +55,8 @@ class Episodes:
 def generate_and_score(engine: RolloutEngine, scorer: RewardScorer, prompts: list[Prompt],
                        params: SamplingParams, shaping: RewardShaping = RewardShaping()) -> Episodes:
     """One engine call and one scoring call for every prompt: the single-turn episode without
-    the workflow machinery (evaluation uses it; `rlvr.workflows.single_turn` gives the same)."""
+    the workflow machinery, the reference `rlvr.workflows.single_turn` must reproduce (training
+    and evaluation both run the run's workflow, `rlvr.workflows.runner`)."""
     completions = engine.generate([list(p.token_ids) for p in prompts], params)
     requests = [ScoreRequest.for_prompt(p, k, c.text)
                 for p, group in zip(prompts, completions) for k, c in enumerate(group)]

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from rlvr.data.mixer import PromptMixer
-from rlvr.data.templates import load_chat_template
 from rlvr.faults import verification_failure
 from rlvr.models import load_tokenizer
 from rlvr.producer.groups import Episodes, RewardShaping, episode_metrics
@@ -26,7 +25,8 @@ from rlvr.rollout.base import RolloutEngine
 from rlvr.rollout.seeds import derive_seed
 from rlvr.producer.prompt_selection import ActiveSampling, collect_episodes, solved_prompt_ids
 from rlvr.types import Prompt, SamplingParams
-from rlvr.workflows import EpisodeRunner, WorkflowSettings, get_workflow
+from rlvr.workflows import WorkflowSettings
+from rlvr.workflows.runner import EpisodePath
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,12 @@ class SourceSettings:
     episode_timeout_s: float = 600.0
     tokenizer_dir: str = ""  # where a process without the tokenizer (an actor) loads it
     chat_template: str = "tokenizer"  # data.chat_template: the text between turns follows it
+
+    @property
+    def episode_path(self) -> EpisodePath:
+        """How an episode is played: evaluation plays the same (`rlvr.settings.episode_path`)."""
+        return EpisodePath(self.workflow, self.workflow_settings, self.episode_timeout_s,
+                           self.chat_template)
 
     def params_for(self, step: int) -> SamplingParams:
         # A seed per step makes a run reproducible and a resumed run continue the same stream.
@@ -57,12 +63,7 @@ class EpisodeSource:
         self._lock = threading.Lock()  # the trainer reads the mixer's state for checkpoints
         if tokenizer is None and settings.tokenizer_dir:  # in an actor: load its own
             tokenizer = load_tokenizer(settings.tokenizer_dir)
-        template = (load_chat_template(settings.chat_template, tokenizer)
-                    if tokenizer is not None else None)
-        self.runner = EpisodeRunner(get_workflow(settings.workflow), engine, scorer, tokenizer,
-                                    settings.workflow_settings,
-                                    episode_timeout_s=settings.episode_timeout_s,
-                                    chat_template=template)
+        self.runner = settings.episode_path.runner(engine, scorer, tokenizer)
 
     def produce(self, step: int) -> tuple[Episodes, dict[str, float]]:
         """Generate and score step `step`'s groups (the engine's current weights)."""

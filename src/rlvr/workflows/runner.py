@@ -16,6 +16,10 @@ that never works must stop the run, not train on nothing. A failing engine or sc
 (`BatchCallFailed`) raises at once: that is the run's machinery, not an episode's doing. The
 built-in workflows run a group's samples with `gather_samples`, so one sample that raises
 stops its siblings with it.
+
+`EpisodePath` is how a run plays its episodes (its workflow and what that reads); training
+(`rlvr.producer.source`) and evaluation (`rlvr.producer.evaluation`) both build their runner
+from it, so an eval episode is a training episode sampled with eval's settings.
 """
 
 from __future__ import annotations
@@ -23,16 +27,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, TypeVar
 
-from rlvr.data.templates import ChatTemplate
+from rlvr.data.templates import ChatTemplate, load_chat_template
 from rlvr.producer.groups import Episodes, RewardShaping
 from rlvr.rewards.scorer import RewardScorer, ScoreRequest
 from rlvr.rollout.base import EngineUnavailable, RolloutEngine
 from rlvr.rollout.client import (BatchCallFailed, CallerThreadExecutor, Coalescer, EngineClient,
                                  EpisodeTracker, current_episode, episode_position)
 from rlvr.types import Prompt, RewardOutcome, Sample, SamplingParams
-from rlvr.workflows.base import EpisodeContext, Trajectory, Workflow, WorkflowSettings
+from rlvr.workflows.base import (EpisodeContext, Trajectory, Workflow, WorkflowSettings,
+                                 get_workflow)
 from rlvr.workflows.chat import continuation_ids
 from rlvr.workflows.slots import EpisodeClock, SandboxSlots
 
@@ -138,6 +144,30 @@ class EpisodeRunner:
             raise TypeError(f"a workflow must return a non-empty list of Trajectory, got "
                             f"{type(trajectories).__name__}")
         return trajectories
+
+
+@dataclass(frozen=True)
+class EpisodePath:
+    """How a run plays an episode: its workflow (`rollout.workflow`, a registered name or
+    'package.module:function'), the settings it reads (`rollout.*`), the time an episode may
+    take, and the chat template the text between turns follows (`data.chat_template`). One
+    record for training and evaluation: what differs between them is only the sampling (eval's
+    n, temperature, seeds) and the reward shaping, which `EpisodeRunner.run` is given."""
+
+    workflow: str = "single_turn"
+    settings: WorkflowSettings = field(default_factory=WorkflowSettings)
+    episode_timeout_s: float = 600.0
+    chat_template: str = "tokenizer"
+
+    def runner(self, engine: RolloutEngine, scorer: RewardScorer,
+               tokenizer: Any) -> EpisodeRunner:
+        """A runner of this workflow over `engine` and `scorer`; its caller closes it. Without
+        a tokenizer only one-turn workflows can run (there is no template for later turns)."""
+        template = (load_chat_template(self.chat_template, tokenizer)
+                    if tokenizer is not None else None)
+        return EpisodeRunner(get_workflow(self.workflow), engine, scorer, tokenizer,
+                             self.settings, episode_timeout_s=self.episode_timeout_s,
+                             chat_template=template)
 
 
 async def _within(clock: EpisodeClock, work: Awaitable[T]) -> T:

@@ -76,7 +76,7 @@ def test_a_verifier_field_that_is_a_number_names_the_row(tmp_path, capsys, TINY)
         {"prompt": "2 + 2?", "ground_truth": "4", "dataset": 7}])
     _fails(capsys, ["train", TINY, f"data.train=[{{name: {data}}}]",
                     f"experiment.output_dir={tmp_path / 'run'}"],
-           f"{data} row 40 field 'dataset'", "expected a verifier name or list of names, got 7")
+           f"{data} line 41 field 'dataset'", "expected a verifier name or list of names, got 7")
 
 
 def test_an_empty_dataset_names_the_file(tmp_path, capsys, TINY):
@@ -102,7 +102,7 @@ def test_an_oversized_row_is_refused_before_it_is_parsed(tmp_path, capsys, TINY)
     start = time.perf_counter()
     _fails(capsys, ["train", TINY, f"data.train=[{{name: {data}}}]", "data.max_row_bytes=100000",
                     f"experiment.output_dir={tmp_path / 'run'}"],
-           f"{data} row 0", "over data.max_row_bytes=100000")
+           f"{data} line 1", "over data.max_row_bytes=100000")
     assert time.perf_counter() - start < 30  # no model loaded, the row never parsed
 
 
@@ -223,7 +223,7 @@ def test_a_run_that_fails_its_checks_leaves_the_existing_run_alone(tmp_path, cap
     (run_dir / "config.yaml").write_text("# the earlier run's config\n")
     data = _rows(tmp_path / "rows.jsonl", _addition_rows(40) + [{"prompt": "no truth"}])
     _fails(capsys, ["train", TINY, f"data.train=[{{name: {data}}}]",
-                    f"experiment.output_dir={run_dir}"], f"{data} row 40")
+                    f"experiment.output_dir={run_dir}"], f"{data} line 41")
     assert (run_dir / "config.yaml").read_text() == "# the earlier run's config\n"
     assert sorted(p.name for p in run_dir.iterdir()) == ["config.yaml"]
 
@@ -247,7 +247,7 @@ def test_a_slurm_run_with_bad_data_writes_no_job_files(tmp_path, TINY):
     cfg = load_config(TINY, [f"data.train=[{{name: {data}}}]", "rollout.engine=remote",
                              "distributed.launcher=slurm",
                              f"experiment.output_dir={tmp_path / 'run'}"])
-    with pytest.raises(DataError, match="row 40 field 'ground_truth': missing"):
+    with pytest.raises(DataError, match="line 41 field 'ground_truth': missing"):
         prepare(cfg)
     assert not (tmp_path / "run").exists()
 

@@ -46,7 +46,7 @@ def test_bad_dataset_row_fails_before_training_naming_file_row_field(tmp_path, c
     code = main(["train", "configs/tiny.yaml", f"experiment.output_dir={tmp_path / 'run'}",
                  f"data.train=[{{name: {data}}}]", "model.name_or_path=/nonexistent/model"])
     assert code == 2
-    assert f"{data} row 1 field 'ground_truth': missing" in capsys.readouterr().err
+    assert f"{data} line 2 field 'ground_truth': missing" in capsys.readouterr().err
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
 
 

@@ -44,8 +44,8 @@ def test_the_same_file_as_train_and_eval_is_refused(tmp_path):
 def test_an_eval_set_wholly_inside_the_training_prompts_is_refused(tmp_path):
     # Another file, other whitespace, the same prompts: found by the normalised hash.
     train = _jsonl(tmp_path / "train.jsonl", range(10))
-    dev = _jsonl(tmp_path / "dev.jsonl", range(3, 6), spacing="  \n")
-    with pytest.raises(DataError, match=r"eval set 'dev' is wholly inside the training set: "
+    dev = _jsonl(tmp_path / "probe.jsonl", range(3, 6), spacing="  \n")
+    with pytest.raises(DataError, match=r"eval set 'probe' is wholly inside the training set: "
                                         r"3 of its 3 prompts .*\(3 in '.*train.jsonl'\)"):
         _load([DataSourceConfig(name=train)], [DataSourceConfig(name=dev)])
 
@@ -59,15 +59,15 @@ def test_math500_inside_the_math_test_split_is_refused():
 
 def test_some_overlap_is_warned_once_and_counted(tmp_path, caplog, tiny_tokenizer):
     train = _jsonl(tmp_path / "train.jsonl", range(10))
-    dev = _jsonl(tmp_path / "dev.jsonl", range(8, 12))
+    dev = _jsonl(tmp_path / "probe.jsonl", range(8, 12))
     other = _jsonl(tmp_path / "other.jsonl", range(100, 103))
     cfg = DataConfig(train=[DataSourceConfig(name=train)],
                      eval=[DataSourceConfig(name=dev), DataSourceConfig(name=other)])
     with caplog.at_level(logging.WARNING, logger="rlvr.data.overlap"):
         bundle = build_datasets(cfg, tiny_tokenizer, seed=0)
-    assert bundle.eval_overlap == {"dev": 2, "other": 0}  # the step-0 metric reads this
+    assert bundle.eval_overlap == {"probe": 2, "other": 0}  # the step-0 metric reads this
     (warning,) = [r.getMessage() for r in caplog.records]
-    assert "'dev' 2 of 4 (2 in '" in warning and "'other'" not in warning
+    assert "'probe' 2 of 4 (2 in '" in warning and "'other'" not in warning
 
 
 def test_procedural_tasks_share_problems_by_design_and_are_only_warned_about(caplog):

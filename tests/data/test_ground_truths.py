@@ -46,13 +46,13 @@ def test_math_does_not_read_a_large_float_as_eulers_e(tmp_path):
 def test_a_non_finite_number_is_refused(tmp_path, value):
     path = tmp_path / "rows.jsonl"
     path.write_text(f'{{"prompt": "q", "ground_truth": {value}, "dataset": "math"}}\n')
-    with pytest.raises(DataError, match="row 0 field 'ground_truth': .* not a finite number"):
+    with pytest.raises(DataError, match="line 1 field 'ground_truth': .* not a finite number"):
         load_file_source(DataSourceConfig(name=str(path)), "error")
 
 
 @pytest.mark.parametrize("truth", ["1/2", "1 000", "1e+16", "3 or 4"])
 def test_a_gsm8k_ground_truth_of_several_numbers_is_refused_at_load(tmp_path, truth):
-    with pytest.raises(DataError, match="row 0 field 'ground_truth': the 'gsm8k' verifier "
+    with pytest.raises(DataError, match="line 1 field 'ground_truth': the 'gsm8k' verifier "
                                         "cannot use it: .* holds 2 numbers"):
         _load(tmp_path, truth, "gsm8k")
 
@@ -62,7 +62,7 @@ def test_a_gsm8k_ground_truth_of_several_numbers_is_refused_at_load(tmp_path, tr
                                              (["Paris", "paris, france"], "string_matcher"),
                                              (["50"], "max_length")])
 def test_a_list_is_refused_for_a_verifier_that_reads_one_answer(tmp_path, value, verifier):
-    with pytest.raises(DataError, match=f"row 0 field 'ground_truth': a list, but the "
+    with pytest.raises(DataError, match=f"line 1 field 'ground_truth': a list, but the "
                                         f"'{verifier}' verifier reads one answer"):
         _load(tmp_path, value, verifier)
 

@@ -72,8 +72,8 @@ def test_bad_rows_name_file_row_and_field(tmp_path, row, field, problem):
     path = _jsonl(tmp_path, [GOOD, GOOD, row])
     with pytest.raises(DataError) as e:
         load_source(DataSourceConfig(name=str(path)), seed=0)
-    assert (e.value.source, e.value.row, e.value.field) == (str(path), 2, field)
-    assert f"{path} row 2 field '{field}'" in str(e.value) and problem in str(e.value)
+    assert (e.value.source, e.value.row, e.value.field) == (str(path), 2, field)  # 0-based
+    assert f"{path} line 3 field '{field}'" in str(e.value) and problem in str(e.value)
 
 
 @pytest.mark.parametrize("raw, problem", [
@@ -82,7 +82,7 @@ def test_bad_rows_name_file_row_and_field(tmp_path, row, field, problem):
 ])
 def test_undecodable_and_invalid_lines(tmp_path, raw, problem):
     path = _jsonl(tmp_path, [GOOD, raw])
-    with pytest.raises(DataError, match=rf"row 1: {problem}"):
+    with pytest.raises(DataError, match=rf"line 2: {problem}"):
         load_source(DataSourceConfig(name=str(path)), seed=0)
 
 

@@ -241,7 +241,7 @@ def test_an_empty_render_names_the_source_file_and_row(tiny_tokenizer, tmp_path)
     path = tmp_path / "skips.jinja"
     path.write_text("{% if messages[0].content != 'skip' %}{{ messages[0].content }}{% endif %}")
     cfg = DataConfig(train=[DataSourceConfig(name=str(rows))], chat_template=str(path))
-    with pytest.raises(DataError, match=rf"{rows} row 1: {path} renders an empty prompt"):
+    with pytest.raises(DataError, match=rf"{rows} line 2: {path} renders an empty prompt"):
         build_datasets(cfg, tiny_tokenizer, seed=0)
 
 
@@ -249,8 +249,8 @@ def test_a_row_the_template_cannot_render_names_the_row_and_the_reason(tiny_toke
     examples = [Example(id=f"t/{i}", messages=({"role": "user", "content": "hi"},),
                         ground_truth="1", verifiers=("gsm8k",), source="t") for i in range(2)]
     template = load_chat_template("plain", tiny_tokenizer)
-    with pytest.raises(DataError, match=r"^t row 0: built-in plain cannot render it: "
-                                        r"TemplateError: .*roles: system, user"):
+    with pytest.raises(DataError, match=r"^t row 1 \(counted from 1\): built-in plain cannot "
+                                        r"render it: TemplateError: .*roles: system, user"):
         tokenize_examples(examples, template, 100, system_prompt="Be brief.")
 
 
@@ -287,7 +287,8 @@ def test_a_bad_template_fails_the_cli_before_the_model_loads(tmp_path, monkeypat
     code = main(["train", "configs/tiny.yaml", f"experiment.output_dir={tmp_path / 'run'}",
                  f"data.chat_template={path}"])
     assert code == 2
-    assert f"addition row 0: {path} renders an empty prompt" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"addition row 1 (counted from 1): {path} renders an empty prompt" in err
 
 
 def _no_model(*args, **kwargs):

@@ -10,7 +10,8 @@ import string
 from pathlib import Path
 
 from rlvr.config.ranges import range_errors
-from rlvr.config.schema import (ConfigError, JudgeConfig, RewardsConfig, RolloutConfig, Config)
+from rlvr.config.schema import (ConfigError, DataSourceConfig, JudgeConfig, RewardsConfig,
+                                RolloutConfig, Config)
 
 
 def _choice(errors: list[str], name: str, value: object, allowed: set | list) -> None:
@@ -100,9 +101,6 @@ def _check_async(errors: list[str], cfg: Config) -> None:
     if r.inflight_updates and r.async_steps == 0:
         errors.append("rollout.inflight_updates needs rollout.async_steps >= 1 (with synchronous "
                       "generation no weights change while generating)")
-    if r.async_steps > 0 and cfg.algorithm.active_sampling:
-        errors.append("algorithm.active_sampling with rollout.async_steps > 0 is not supported: "
-                      "use one or the other")
     longest = cfg.data.max_prompt_length + cfg.episode_tokens
     # Servers a launcher starts get the same bound (`rlvr.launch.servers.server_settings`).
     if r.engine in ("vllm", "remote", "auto") and r.vllm_max_model_len < longest:
@@ -279,6 +277,7 @@ def _check_eval(errors: list[str], cfg: Config) -> None:
                    "(it names metrics: eval/<label>/pass@1)"
                    for i, src in enumerate(sources)
                    if src.label is not None and (not src.label or "/" in src.label)]
+        errors += _hf_only_problems(section, sources)
     seen: dict[str, int] = {}
     for i, src in enumerate(cfg.data.eval):
         name = src.display_name
@@ -286,6 +285,23 @@ def _check_eval(errors: list[str], cfg: Config) -> None:
             errors.append(f"data.eval[{seen[name]}] and data.eval[{i}] are both named {name!r} "
                           f"in metrics: give one a data.eval[{i}].label")
         seen.setdefault(name, i)
+
+
+def _hf_only_problems(section: str, sources: list[DataSourceConfig]) -> list[str]:
+    """`subset` and `revision` name a configuration and a version of an `hf:` data set; on a
+    file or a built-in they would be ignored in silence, so they are refused there."""
+    problems = []
+    for i, src in enumerate(sources):
+        for name in ("subset", "revision"):
+            value = getattr(src, name)
+            if value is None:
+                continue
+            if not src.name.startswith("hf:"):
+                problems.append(f"data.{section}[{i}].{name}={value!r}: only an hf: source has "
+                                f"a {name} ({src.name!r} is a built-in or a file); remove it")
+            elif not value.strip():
+                problems.append(f"data.{section}[{i}].{name} is empty; remove it or name one")
+    return problems
 
 
 def _check_lora(errors: list[str], cfg: Config) -> None:

@@ -1,5 +1,7 @@
 """Loading a config: YAML files merged over the defaults, then `key.sub=value` overrides, by
-OmegaConf (unknown keys and wrong types fail naming the field), then `validate`. Every problem
+OmegaConf (unknown keys and wrong types fail naming the field), then `validate`. A relative
+data path in a file names the file's neighbour (`rlvr.config.paths`); in an override, the working
+directory's. Every problem
 is reported at once: a value that fails its merge is set aside and the rest merged and
 checked, so one ConfigError names every unknown key, wrong type, range and bad combination.
 
@@ -21,6 +23,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from rlvr.config.checks import config_problems, validate
+from rlvr.config.paths import resolve_data_paths
 from rlvr.config.schema import Config, ConfigError
 
 # What a merge raises besides OmegaConf's errors (which subclass ValueError or not).
@@ -99,6 +102,9 @@ def _merge_file(merged: DictConfig, path: str | Path, errors: list[str]) -> Dict
     time to find each field that fails (a merge is ~7 ms: not done for files that merge), its
     ConfigError appended to `errors` and the value left out."""
     loaded = _read_yaml(path)
+    if "data" in loaded:  # its relative data paths mean the file's neighbours (config.paths)
+        loaded = OmegaConf.create(resolve_data_paths(OmegaConf.to_container(loaded,
+                                                                            resolve=False), path))
     where = f" in {path}"
     try:
         return OmegaConf.merge(merged, loaded)

@@ -5,6 +5,7 @@ Cross-field rules are in `rlvr.config.checks`, loading in `rlvr.config.loading`.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -87,10 +88,19 @@ class ModelConfig:
 
 @dataclass
 class DataSourceConfig:
-    name: str = MISSING  # built-in name (gsm8k, math, math500, addition, ...) or a file path
+    # A built-in name (gsm8k, math, math500, addition, ...), a file path, or hf: and a hub id or
+    # a local directory. A relative path in a YAML file is read beside that file; in a
+    # command-line override, in the working directory (docs/data.md#paths).
+    name: str = MISSING
     weight: float = 1.0  # relative sampling weight in the mixture
     # For built-ins and `datasets`; null: train for a training source, test for an eval source
     split: Optional[str] = None
+    # `hf:` sources only: the data set's configuration (a hub id's config name, e.g. `main` of
+    # openai/gsm8k; for a local `hf:` directory, its subdirectory of that name); null: none.
+    subset: Optional[str] = None
+    # `hf:` hub ids only: the branch, tag or commit to read from the `datasets` cache; null:
+    # the default branch.
+    revision: Optional[str] = None
     messages_field: str = "messages"  # the row field holding the chat messages
     prompt_field: str = "prompt"  # used when a row has no messages
     ground_truth_field: str = "ground_truth"  # the row field the verifier compares with
@@ -101,14 +111,29 @@ class DataSourceConfig:
     # every field but the messages, prompt, ground truth and verifier ones (values JSON cannot
     # hold are left out). A listed field a row lacks, or JSON cannot hold, is a bad row.
     metadata_fields: Optional[list[str]] = None
-    # What metrics call the source (eval/<label>/pass@1); null: its name, or a path's file stem.
+    # What metrics call the source (eval/<label>/pass@1); null: its name, or a path's file
+    # stem, or for a stem that names a split (eval.jsonl, test.parquet) its directory's name.
     label: Optional[str] = None
 
     @property
     def display_name(self) -> str:
         """`label`, else the name with any directory and extension dropped (`data/t.jsonl`: t,
-        `hf:openai/gsm8k`: gsm8k; built-in names have neither)."""
-        return self.label if self.label is not None else Path(self.name).stem
+        `hf:openai/gsm8k`: gsm8k; built-in names have neither). A stem in `SPLIT_STEMS` says
+        nothing of the task and doubled the prefix of its metrics (`eval/eval/pass@1`): the
+        directory names it then (`tasks/mytask/eval.jsonl`: mytask), else `<stem>_set`."""
+        if self.label is not None:
+            return self.label
+        path = Path(self.name.removeprefix("hf:"))
+        if path.stem.lower() not in SPLIT_STEMS:
+            return path.stem
+        # A file's own directory, even when named relative to it (eval.jsonl run from mytask/);
+        # a hub id's owner (hf:org/test) is no directory here.
+        parent = (path if self.name.startswith("hf:") else Path(os.path.abspath(path))).parent.name
+        return parent if parent and parent.lower() not in SPLIT_STEMS else f"{path.stem}_set"
+
+
+# File stems that name a split or say "data", not a task: no name for a source's metrics.
+SPLIT_STEMS = frozenset({"eval", "test", "validation", "val", "dev", "train", "data"})
 
 
 @dataclass

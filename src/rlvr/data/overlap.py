@@ -45,9 +45,12 @@ def prompt_key(messages: tuple[dict[str, str], ...]) -> str:
 
 
 def _identity(src: DataSourceConfig) -> tuple[str, str | None]:
-    """What makes two sources the same rows: a built-in, hub or `datasets` name and its split;
-    a file's resolved path (the split means nothing to a JSONL or Parquet file)."""
-    if src.name in BUILTIN_SOURCES or src.name.startswith("hf:"):
+    """What makes two sources the same rows: a built-in, hub or `datasets` name (an `hf:` one
+    with its subset and revision) and its split; a file's resolved path (the split means
+    nothing to a JSONL or Parquet file)."""
+    if src.name.startswith("hf:"):
+        return f"{src.name} subset={src.subset} revision={src.revision}", src.split
+    if src.name in BUILTIN_SOURCES:
         return src.name, src.split
     path = Path(src.name).resolve()
     return str(path), src.split if path.is_dir() else None

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from rlvr.config import DataConfig, DataSourceConfig
-from rlvr.data.errors import DataError, Example
+from rlvr.data.errors import JSONL_SUFFIXES, DataError, Example
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,8 @@ def bounded_lines(f: Any, max_row_bytes: int) -> Iterator[bytes | int]:
 
 def iter_jsonl(path: Path, max_row_bytes: int = DEFAULT_MAX_ROW_BYTES
                ) -> Iterator[tuple[int, Any]]:
-    """(row index, parsed object or a DataError for that row)."""
+    """(row index, parsed object or a DataError for that row); the index is the line's, from
+    0, blank lines counted (a blank line yields nothing), so line = index + 1."""
     with open(path, "rb") as f:
         for row, raw in enumerate(bounded_lines(f, max_row_bytes)):
             if isinstance(raw, int):
@@ -165,17 +166,41 @@ def _local_hf_files(directory: Path, name: str, split: str) -> tuple[str, list[s
     return builders.pop(), files
 
 
-def iter_datasets(name: str, split: str, max_row_bytes: int = DEFAULT_MAX_ROW_BYTES
+def _subset_directory(directory: Path, name: str, subset: str | None) -> Path:
+    """The directory of `subset` inside a local `hf:` directory (a hub snapshot keeps each
+    configuration's files in a subdirectory of its name: openai/gsm8k's `main/`), or the
+    directory itself for no subset; a DataError naming the subsets there otherwise. The
+    README's `configs:` is not read (see HF_DIR_BUILDERS)."""
+    if subset is None:
+        return directory
+    found = directory / subset
+    if (Path(subset).name != subset or subset in (".", "..") or found.is_symlink()
+            or not found.is_dir()):
+        there = sorted(p.name for p in directory.iterdir()
+                       if p.is_dir() and not p.is_symlink() and not p.name.startswith("."))
+        raise DataError(name, None, None, f"no subset '{subset}': a local hf: directory keeps "
+                        f"a subset in a subdirectory of its name (it has {there or 'none'})")
+    return found
+
+
+def iter_datasets(name: str, split: str, max_row_bytes: int = DEFAULT_MAX_ROW_BYTES,
+                  subset: str | None = None, revision: str | None = None
                   ) -> Iterator[tuple[int, Any]]:
+    """Rows of a `datasets` directory or an `hf:` source: a local directory's files (of its
+    `subset`), or a hub id from the `datasets` cache by config name `subset` and `revision`."""
     try:
         import datasets
     except ImportError as e:
         raise DataError(name, None, None, "reading it needs the `datasets` package") from e
     if name.startswith("hf:") and Path(name[3:]).is_dir():
-        builder, data_files = _local_hf_files(Path(name[3:]), name, split)
+        if revision is not None:
+            raise DataError(name, None, None, f"revision={revision!r}: a local directory holds "
+                            "one revision; a revision is for a hub id read from the cache")
+        directory = _subset_directory(Path(name[3:]), name, subset)
+        builder, data_files = _local_hf_files(directory, name, split)
         data = datasets.load_dataset(builder, data_files={split: data_files}, split=split)
     elif name.startswith("hf:"):
-        data = datasets.load_dataset(name[3:], split=split)
+        data = datasets.load_dataset(name[3:], name=subset, revision=revision, split=split)
     else:
         data = datasets.load_from_disk(name)
         if isinstance(data, datasets.DatasetDict):
@@ -340,12 +365,13 @@ def read_rows(src: DataSourceConfig, max_row_bytes: int = DEFAULT_MAX_ROW_BYTES
               ) -> Iterator[tuple[int, Any]]:
     path = Path(src.name)
     if src.name.startswith("hf:") or path.is_dir():
-        return iter_datasets(src.name, src.split or "train", max_row_bytes)
+        return iter_datasets(src.name, src.split or "train", max_row_bytes, src.subset,
+                             src.revision)
     if not path.exists():
         raise DataError(src.name, None, None, "no such file, directory or built-in dataset")
     if not path.is_file():  # a device or a pipe (/dev/zero) would be read forever
         raise DataError(src.name, None, None, "is not a regular file")
-    if path.suffix in (".jsonl", ".json"):
+    if path.suffix in JSONL_SUFFIXES:
         return iter_jsonl(path, max_row_bytes)
     if path.suffix == ".parquet":
         return iter_parquet(path, max_row_bytes)

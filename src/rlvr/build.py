@@ -225,7 +225,7 @@ def build_run(cfg: Config, start: StartPlan | None = None) -> Run:
     output_dir.mkdir(parents=True, exist_ok=True)
     write_text_atomic(config_path(output_dir), to_yaml(cfg))  # what a rerun compares
     learner = build_learner(cfg, model_dir, policy, devices)
-    eos_ids = tuple(sorted({tokenizer.eos_token_id} | _generation_eos_ids(policy)))
+    eos_ids = engine_eos_ids(tokenizer, policy)
     engine = build_engine(cfg, model_dir, eos_ids, tokenizer.pad_token_id, devices)
     scorer = RewardScorer.from_settings(scorer_settings(cfg, tokenizer))
     source = build_source(cfg, data, engine, scorer, tokenizer)
@@ -405,6 +405,11 @@ def build_engine(cfg: Config, model_dir: str, eos_ids: tuple[int, ...],
                        ray_address=cfg.distributed.ray_address or None,
                        gpus_per_engine=devices.gpus_per_engine,
                        bucket_bytes=r.weight_sync_bucket_mb * 2**20)
+
+
+def engine_eos_ids(tokenizer: object, policy: torch.nn.Module) -> tuple[int, ...]:
+    """The ids that end a completion: the tokenizer's EOS and the model's generation config's."""
+    return tuple(sorted({tokenizer.eos_token_id} | _generation_eos_ids(policy)))
 
 
 def _generation_eos_ids(model: torch.nn.Module) -> set[int]:

@@ -254,6 +254,28 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_plan(args: argparse.Namespace) -> int:
+    """What the run will take here: a short calibration, then memory, tokens and time
+    (`rlvr.plan`), printed, and kept in experiment.output_dir/plan.json for `rlvr report`."""
+    if not args.items:
+        args.subparser.print_usage(sys.stderr)
+        print("rlvr plan: name a config file, e.g. rlvr plan configs/quickstart.yaml",
+              file=sys.stderr)
+        return 2
+    cfg = load_config(*_split_args(args.items))
+    _quiet_libraries()
+    import json
+
+    from rlvr.plan import make_plan, write_plan
+    from rlvr.plan.render import render_plan
+
+    record = make_plan(cfg, args.gen_tokens, described=" ".join(args.items))
+    print(json.dumps(record, indent=2) if args.json else render_plan(record).rstrip("\n"))
+    if not args.no_save:
+        print(f"plan: {write_plan(record, cfg.experiment.output_dir)}", file=sys.stderr)
+    return 0
+
+
 def _cmd_env(args: argparse.Namespace) -> int:
     from rlvr.environment import report
 
@@ -279,6 +301,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--reference", action="store_true", help="print the configuration reference (every "
         "field: type, default, allowed values, comment) generated from the schema, as Markdown")
     sub.add_parser("env", help="what rlvr sees: devices, bf16 support, library versions")
+    pl = sub.add_parser("plan", help="before launch: memory, tokens and time a run will take "
+                                     "here, from a short calibration")
+    pl.add_argument("items", nargs="*", metavar="CONFIG.yaml | key.sub=value")
+    pl.add_argument("--json", action="store_true", help="print the plan as JSON")
+    pl.add_argument("--gen-tokens", type=int, default=32, metavar="N",
+                    help="new tokens the calibration generates (default 32); at least "
+                         "rollout.response_length sees whole completions: their lengths and "
+                         "rewards, at the cost of one step's generation")
+    pl.add_argument("--no-save", action="store_true", help="do not write "
+                    "experiment.output_dir/plan.json")
+    pl.set_defaults(subparser=pl)
     la = sub.add_parser("launch", help="train under a launcher (local, ray, slurm), starting "
                                        "the inference servers the config asks for")
     la.add_argument("launcher", choices=["local", "ray", "slurm"],
@@ -345,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
                 "config": _cmd_config,
                 "generate": _cmd_generate,
                 "prepare": _cmd_prepare, "env": _cmd_env, "eval": _cmd_eval, "report": _cmd_report,
-                "merge": _cmd_merge}
+                "merge": _cmd_merge, "plan": _cmd_plan}
     # Every exit code is listed in docs/faults.md.
     try:
         return handlers[args.command](args)

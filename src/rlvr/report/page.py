@@ -23,6 +23,7 @@ from matplotlib.figure import Figure
 
 from rlvr.checkpoint.atomic import write_text_atomic
 from rlvr.report.panels import PANELS, eval_table, time_breakdown, with_derived
+from rlvr.report.plan_panel import plan_section
 import rlvr.report.plots as plots
 from rlvr.report.run_data import RunData, load_run
 from rlvr.report.samples import SampleChoice, pick_samples
@@ -78,7 +79,8 @@ def render_page(runs: list[RunData]) -> str:
     parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{_e(title)}</title>"
              f"<style>{STYLE}</style></head><body>", f"<h1>{_e(title)}</h1>",
              _runs_section(runs), _settings_section(runs), _curves_section(runs),
-             _eval_section(runs), _time_section(runs), _samples_section(runs),
+             _eval_section(runs), _time_section(runs), plan_section(runs),
+             _samples_section(runs),
              "</body></html>"]
     return "\n".join(p for p in parts if p)
 

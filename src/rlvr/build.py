@@ -40,6 +40,7 @@ from rlvr.learner.attention import (PackedLayout, check_attention_backward,
                                     packed_layout)
 from rlvr.learner.forward import check_logit_path
 from rlvr.metrics import JsonlSink, MetricsLogger, ModelShape, build_sinks
+from rlvr.metrics.distributions import distributions_path
 from rlvr.metrics.traces import TraceWriter
 from rlvr.models import load_causal_lm, load_tokenizer, resolve_model_dir
 from rlvr.producer.ahead import RolloutProducer
@@ -229,10 +230,10 @@ def build_run(cfg: Config, start: StartPlan | None = None) -> Run:
     engine = build_engine(cfg, model_dir, eos_ids, tokenizer.pad_token_id, devices)
     scorer = RewardScorer.from_settings(scorer_settings(cfg, tokenizer))
     source = build_source(cfg, data, engine, scorer, tokenizer)
-    if state is not None:  # before the sink opens the file: drop steps the state does not hold
-        JsonlSink.truncate_after(output_dir / "metrics.jsonl", state.step)
-    else:  # a start at step 0 `plan_resume` allowed (resume or not): no step had trained
-        JsonlSink.truncate_after(output_dir / "metrics.jsonl", -1)
+    # Before the sinks open the files: drop steps the state does not hold, or, for a start at
+    # step 0 `plan_resume` allowed (resume or not), every step (none had trained).
+    for path in (output_dir / "metrics.jsonl", distributions_path(output_dir)):
+        JsonlSink.truncate_after(path, state.step if state is not None else -1)
     traces = TraceWriter(output_dir / "traces") if cfg.logging.save_traces else None
     if traces is not None and state is not None:  # a resumed run redoes the later steps
         traces.truncate_after(state.step)

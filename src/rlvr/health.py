@@ -199,18 +199,26 @@ def clip_fraction(h: HealthConfig, rows: Sequence[Row], samples_per_prompt: int
         "(algorithm.num_epochs, num_mini_batches), samples far off-policy (rollout.async_steps)"))
 
 
+def verifier_error_rate(row: Row, samples_per_prompt: int) -> float | None:
+    """The share of a step's samples whose verifier failed (errors and timeouts), the
+    `verifier_errors` gate's signal (the report plots it too); None for a step without
+    sampled prompts."""
+    prompts = row.get("batch/prompts_sampled")
+    if not prompts:
+        return None
+    failed = row.get("reward/verifier_errors", 0.0) + row.get("reward/verifier_timeouts", 0.0)
+    return failed / (prompts * samples_per_prompt)
+
+
 def verifier_errors(h: HealthConfig, rows: Sequence[Row], samples_per_prompt: int
                     ) -> Finding | None:
     now = rows[-1]
-    prompts = now.get("batch/prompts_sampled")
-    if not prompts:
+    rate = verifier_error_rate(now, samples_per_prompt)
+    if rate is None or rate <= h.verifier_error_rate_max:
         return None
     errors = now.get("reward/verifier_errors", 0.0)
     timeouts = now.get("reward/verifier_timeouts", 0.0)
-    samples = prompts * samples_per_prompt
-    rate = (errors + timeouts) / samples
-    if rate <= h.verifier_error_rate_max:
-        return None
+    samples = now["batch/prompts_sampled"] * samples_per_prompt
     return Finding("verifier_errors", "reward/verifier_errors", rate, h.verifier_error_rate_max,
                    False, (
         f"verifier errors: {rate:.0%} of the step's {samples:g} samples failed their verifier "

@@ -29,6 +29,7 @@ from rlvr.input_checks import verifiers_used
 from rlvr.interrupts import ResumeRefused, StopOnSignal, TrainingInterrupted
 from rlvr.learner import MiniBatch, UpdateResult
 from rlvr.metrics import StepTimer, learner_throughput
+from rlvr.metrics.distributions import step_distributions
 from rlvr.metrics.throughput import run_peak_flops
 from rlvr.metrics.traces import eval_rows, training_rows
 from rlvr.producer.ahead import RolloutProducer
@@ -75,6 +76,8 @@ def one_training_step(run: Run, step: int, produced: tuple[Episodes, dict[str, f
         # The schedule counts optimizer steps: those this training step would have taken.
         run.learner.skip_update(cfg.optimizer_steps_per_batch)
         _polyak_if_due(run, step)  # its schedule counts training steps, empty ones too
+        run.logger.log_distributions(step, step_distributions(
+            episodes.groups, training.samples).summaries())
     else:
         mini_batches = training_mini_batches(cfg, training.batch, step)
         with timer("training"), engine_asleep(run):
@@ -86,6 +89,9 @@ def one_training_step(run: Run, step: int, produced: tuple[Episodes, dict[str, f
         metrics["optim/num_optimizer_steps"] = float(len(mini_batches) * a.num_epochs)
         run.last_update_step = step
         metrics.update(update_metrics(run, result))
+        # Before the sync, which may fail after the update landed (`UnsyncedStep`).
+        run.logger.log_distributions(step, step_distributions(
+            episodes.groups, training.samples, result.engine_ratio_T).summaries())
         _polyak_if_due(run, step)
         with timer("weight_sync"):
             try:

@@ -74,13 +74,15 @@ def test_combine_results_adds_sums_and_takes_maxima():
                             num_response_tokens=tokens, num_tokens=2 * tokens, num_sequences=1,
                             entropy_sum=0.5, engine_diff_sum=0.25, engine_diff_max=diff_max,
                             grad_norm=grad_norm, learning_rate=1e-3, skipped_steps=0,
-                            seconds=9.0)
+                            seconds=9.0,
+                            engine_ratio_T=torch.ones(tokens) * diff_max if tokens else None)
 
     out = combine_results([result(3, -1.0, 0.2, 4.0), result(0, 0.0, 0.0, 4.0)], seconds=1.5)
     assert out.loss_sums == {"policy_loss_sum": -1.0, "rho_max": 0.2}
     assert (out.num_response_tokens, out.num_tokens, out.num_sequences) == (3, 6, 2)
     assert (out.entropy_sum, out.engine_diff_sum, out.engine_diff_max) == (1.0, 0.5, 0.2)
     assert (out.grad_norm, out.seconds) == (4.0, 1.5)
+    assert out.engine_ratio_T.tolist() == pytest.approx([0.2] * 3)  # every rank's tokens
 
 
 def test_local_group_state_round_trip(tiny_model_dir):

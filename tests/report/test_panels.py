@@ -4,6 +4,9 @@ import math
 
 import pandas as pd
 
+from rlvr.config.schema import HealthConfig
+from rlvr.report.health_signals import (GATE_SIGNALS, VERIFIER_ERROR_RATE, signal_bounds,
+                                        with_health_signals)
 from rlvr.report.panels import (PANELS, Panel, eval_table, panel_metrics, time_breakdown,
                                 with_derived)
 
@@ -29,11 +32,44 @@ def test_a_metric_repeating_one_already_shown_is_left_out():
 def test_every_metric_the_issue_asks_for_has_a_panel():
     names = ["objective/verifiable_reward", "eval/addition/pass@1", "objective/kl1_avg",
              "policy/entropy_avg", "val/sequence_lengths", "policy/clipfrac_avg",
-             "learner_tokens_per_second_step",
-             # the sampler/trainer mismatch gate's signals (rlvr.health)
-             "debug/engine_vs_local_logprob_diff_mean", "debug/engine_vs_local_kl"]
+             "learner_tokens_per_second_step"]
     metrics = pd.DataFrame({name: [float(i)] for i, name in enumerate(names)})
     assert {m for p in PANELS for m in panel_metrics(p, metrics)} == set(names)
+
+
+def test_every_gate_reading_one_step_has_its_signal_in_the_health_panel():
+    """The mismatch panel, generalised: each gate of `rlvr.health.GATES` that compares a
+    step's value with a bound has its signal and bounds there; the trend gates do not."""
+    from rlvr import health
+
+    gates = {g.__name__ for g in health.GATES}
+    trends = {"reward_vs_heldout", "length_growth", "shaping_carries_reward"}
+    assert {s.gate for s in GATE_SIGNALS} == gates - trends
+    assert {s.metric for s in GATE_SIGNALS} >= {health.DIFF, health.KL, health.ENTROPY,
+                                                health.CLIPFRAC}
+    fields = set(HealthConfig.__dataclass_fields__)
+    assert all(f in fields for s in GATE_SIGNALS for _, f in s.bounds)
+
+
+def test_bounds_are_the_runs_own_else_the_defaults():
+    clip = next(s for s in GATE_SIGNALS if s.gate == "clip_fraction")
+    diff = next(s for s in GATE_SIGNALS if s.metric == "debug/engine_vs_local_logprob_diff_mean")
+    assert signal_bounds(clip, {"health": {"clipfrac_max": 0.25}}) == [
+        ("warn: health.clipfrac_max", 0.25)]
+    assert signal_bounds(diff, {}) == [("warn: health.mismatch_warn_logprob_diff", 0.1),
+                                       ("stop: health.mismatch_stop_logprob_diff", 0.5)]
+    assert signal_bounds(clip, {"health": "garbage"}) == [("warn: health.clipfrac_max", 0.3)]
+
+
+def test_the_verifier_failure_rate_is_made_from_the_logged_counts():
+    metrics = pd.DataFrame({"training_step": [0, 1, 2],
+                            "batch/prompts_sampled": [math.nan, 2.0, 2.0],
+                            "reward/verifier_errors": [math.nan, 1.0, 0.0],
+                            "reward/verifier_timeouts": [math.nan, 1.0, math.nan]})
+    config = {"rollout": {"num_samples_per_prompt_rollout": 4}}
+    rates = with_health_signals(metrics, config)[VERIFIER_ERROR_RATE].tolist()
+    assert math.isnan(rates[0]) and rates[1:] == [0.25, 0.0]  # 2 of 8 samples, then none
+    assert VERIFIER_ERROR_RATE not in with_health_signals(metrics, {}).columns
 
 
 def test_generation_throughput_is_samples_times_length_over_generation_time():

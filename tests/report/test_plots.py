@@ -38,3 +38,46 @@ def test_time_bars_are_stacked(fake_run):
         tops[step] = max(tops.get(step, 0.0), patch.get_y() + patch.get_height())
     assert tops[1] == breakdown.loc[1].sum() and tops[2] == breakdown.loc[2].sum()
     assert time_breakdown_figure("empty", pd.DataFrame()) is None
+
+
+def test_a_distribution_is_drawn_as_bands_around_its_median(fake_run):
+    from rlvr.report.panels import DISTRIBUTION_PANELS
+    from rlvr.report.plots import distribution_figure
+
+    reward = DISTRIBUTION_PANELS[0]
+    run = load_run(fake_run)
+    axis = distribution_figure(reward, [("run_a", run.distributions)]).axes[0]
+    median = next(line for line in axis.lines if line.get_label() == "median")
+    # rewards 0..step: the median is step / 2
+    assert list(median.get_xdata()) == [1, 2, 3, 4]
+    assert list(median.get_ydata()) == [0.5, 1.0, 1.5, 2.0]
+    outer, inner = axis.collections[:2]  # p5-p95, then p25-p75
+    assert outer.get_label() == "p5-p95" and inner.get_label() == "p25-p75"
+    assert distribution_figure(reward, [("older", None)]) is None
+
+
+def test_the_health_panel_draws_each_signal_with_the_runs_bounds(fake_run):
+    from rlvr.report.health_signals import with_health_signals
+    from rlvr.report.plots import health_figure
+
+    run = load_run(fake_run)
+    fig = health_figure([(run.name, with_health_signals(run.metrics, run.config), run.config)])
+    axes = {a.get_title(loc="left").split("\n")[0]: a for a in fig.axes if a.get_visible()}
+    assert set(axes) == {"mismatch: debug/engine_vs_local_logprob_diff_mean",
+                         "mismatch: debug/engine_vs_local_kl",
+                         "entropy_collapse: policy/entropy_avg",
+                         "clip_fraction: policy/clipfrac_avg",
+                         "verifier_errors: derived/verifier_error_rate"}
+
+    def bounds(title):
+        return {line.get_label(): line.get_ydata()[0] for line in axes[title].lines
+                if line.get_linestyle() == "--"}
+
+    # the run's own clipfrac_max (0.25), the defaults elsewhere
+    assert bounds("clip_fraction: policy/clipfrac_avg") == {"warn: health.clipfrac_max": 0.25}
+    assert bounds("mismatch: debug/engine_vs_local_kl") == {
+        "warn: health.mismatch_warn_kl": 0.02, "stop: health.mismatch_stop_kl": 0.25}
+    rate = axes["verifier_errors: derived/verifier_error_rate"].lines[0]
+    assert list(rate.get_ydata()) == [0.0, 0.0, 0.125, 0.0]  # 1 of 2 x 4 samples at step 3
+    empty = pd.DataFrame({"training_step": [1], "unrelated": [1.0]})
+    assert health_figure([("a", empty, {})]) is None

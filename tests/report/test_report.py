@@ -16,6 +16,9 @@ CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
                   "--no-first-run", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync"]
+HEALTH_AND_DISTRIBUTIONS = {"Health gates", "Reward per sample", "Response length per sample",
+                            "Advantage per trained sample",
+                            "Learner / engine probability per token"}
 SAMPLES_PER_EVAL_POINT = 6  # 2 best, 2 worst, 2 random of 6 eval prompts
 EVAL_POINTS = 3  # steps 0, 2, 4
 
@@ -69,16 +72,30 @@ def _parse(text: str) -> _Page:
 def test_the_page_holds_plots_eval_scores_time_and_escaped_samples(fake_run, no_rasterizing):
     html = render_page([load_run(fake_run)])
     page = _parse(html)
-    assert {"Curves", "Eval scores", "Time per step", "Sample completions"} <= set(page.headings)
+    assert {"Health", "Curves", "Distributions", "Eval scores", "Time per step",
+            "Sample completions"} <= set(page.headings)
     alts = [img["alt"] for img in page.images]
     assert {"Training reward", "Eval scores", "KL to the reference", "Policy entropy",
             "Completion length", "Clipped ratios", "Throughput",
             "time per step: run_a"} <= set(alts)
+    assert HEALTH_AND_DISTRIBUTIONS <= set(alts)
     assert all(img["src"].startswith("data:image/png;base64,") for img in page.images)
     assert len(page.sample_rows) == SAMPLES_PER_EVAL_POINT * EVAL_POINTS
     # Completions are text, never markup: "<b>" in a completion is shown, not rendered.
     assert "&lt;b&gt;step 4&lt;/b&gt;" in html and "<b>step" not in html
     assert "finished, 4 steps" in html
+
+
+def test_a_run_from_before_distributions_still_reports_with_a_note(tmp_path, no_rasterizing):
+    older = make_run(tmp_path, name="older", distributions=False)
+    html = render_page([load_run(older)])
+    page = _parse(html)
+    assert "Distributions" in page.headings and "No distributions.jsonl" in html
+    assert not HEALTH_AND_DISTRIBUTIONS - {"Health gates"} & {i["alt"] for i in page.images}
+    # Beside a newer run, the newer one's bands are drawn and the older one is named.
+    both = render_page([load_run(older), load_run(make_run(tmp_path, name="newer"))])
+    assert "Reward per sample" in {i["alt"] for i in _parse(both).images}
+    assert "were recorded): older.</p>" in both
 
 
 def test_without_eval_traces_the_table_shows_training_completions(fake_run, no_rasterizing):
@@ -129,6 +146,8 @@ def test_a_real_browser_renders_the_plots_and_the_samples_table(fake_run, tmp_pa
     rendered = _parse(dom.stdout)
     sizes = [tuple(map(int, img["data-size"].split("x"))) for img in rendered.images]
     assert len(sizes) >= 9 and all(w >= 400 and h >= 150 for w, h in sizes), sizes
+    # The health panel and the distributions are drawn, not only named.
+    assert HEALTH_AND_DISTRIBUTIONS <= {img["alt"] for img in rendered.images}
     assert len(rendered.sample_rows) == SAMPLES_PER_EVAL_POINT * EVAL_POINTS
     best_at_4 = [row for row in rendered.sample_rows if row[0] == "4" and row[2] == "best"]
     assert len(best_at_4) == 2 and all("<b>step 4</b>" in row[4] for row in best_at_4)
@@ -143,6 +162,31 @@ def test_a_real_browser_renders_the_plots_and_the_samples_table(fake_run, tmp_pa
     assert image.size == (1400, 3000)
     colours = image.getcolors(maxcolors=1 << 20)
     assert colours is not None and len(colours) > 50  # plots drawn, not a blank page
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.skipif(not Path(CHROMIUM).exists(),
+                    reason=f"no {CHROMIUM}: apt-get install -y chromium (Debian's package)")
+def test_the_quick_starts_report_shows_the_health_panel_and_distributions(tmp_path):
+    """The quick start (SmolLM2 on addition, docs/getting-started.md) cut to 2 steps, then
+    `rlvr report` on it, as a browser renders the page: the health panel and every step
+    distribution are drawn from what the real run wrote."""
+    out = tmp_path / "quickstart"
+    assert main(["train", "configs/quickstart.yaml", f"experiment.output_dir={out}",
+                 "experiment.total_episodes=16", "rollout.num_unique_prompts_rollout=2",
+                 "rollout.num_samples_per_prompt_rollout=4", "rollout.response_length=24",
+                 # every step updates: advantages and ratios at each
+                 "algorithm.filter_zero_std_samples=false", "data.eval_holdout=4",
+                 "eval.local_eval_every=1", "logging.progress_bar=false",
+                 "rollout.engine=transformers", "checkpoint.save_final=false"]) == 0
+    assert main(["report", str(out)]) == 0
+    dom = _chromium(["--dump-dom", (out / "report.html").as_uri()], tmp_path)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    rendered = _parse(dom.stdout)
+    assert {"Health", "Distributions"} <= set(rendered.headings)
+    assert HEALTH_AND_DISTRIBUTIONS <= {img["alt"] for img in rendered.images}
+    assert "No distributions.jsonl" not in dom.stdout
 
 
 @pytest.mark.parametrize("odd", [{"objective/scores": "n/a"},

@@ -9,7 +9,7 @@ import pytest
 
 from rlvr.cli import main
 from rlvr.report.run_data import ReportError, load_run, read_metrics, wall_clock
-from tests.report.conftest import make_run, step_metrics
+from tests.report.conftest import make_run, step_distributions, step_metrics
 
 
 def test_a_finished_run(fake_run):
@@ -90,3 +90,30 @@ def test_wall_clock_continues_across_a_resume():
     elapsed = pd.Series([1.0, 10.0, 20.0, 5.0, float("nan"), 15.0])
     assert wall_clock(elapsed, 6) == [1.0, 10.0, 20.0, 25.0, 25.0, 35.0]
     assert wall_clock(pd.Series(dtype=float), 2) == [0.0, 0.0]
+
+
+def test_the_step_distributions_are_read_one_row_per_step_and_name(fake_run):
+    frame = load_run(fake_run).distributions
+    assert sorted(set(frame["name"])) == ["advantage", "learner_engine_ratio",
+                                          "response_length", "reward"]
+    reward = frame[frame["name"] == "reward"].set_index("training_step")
+    assert reward.index.tolist() == [1, 2, 3, 4]
+    # step 4's rewards are 0..4: median 2, p5 at 0.2 (linear interpolation), 5 of them
+    assert (reward.loc[4, "p50"], reward.loc[4, "p5"], reward.loc[4, "count"]) == (2.0, 0.2, 5)
+
+
+def test_a_run_without_distributions_still_reads_and_a_bad_entry_is_a_warning(tmp_path):
+    older = load_run(make_run(tmp_path, name="older", distributions=False))
+    assert older.distributions is None and not older.warnings
+    run = make_run(tmp_path)
+    path = run / "distributions.jsonl"
+    lines = path.read_text().splitlines()
+    bad = json.loads(lines[1])
+    bad["reward"] = {"count": "many"}
+    path.write_text("\n".join([lines[0], json.dumps(bad), *lines[2:]]) + "\n"
+                    + json.dumps(step_distributions(2)))  # a restart, torn mid-line
+    loaded = load_run(run)
+    reward = loaded.distributions[loaded.distributions["name"] == "reward"]
+    assert reward["training_step"].tolist() == [1, 3, 4]  # step 2's reward skipped
+    assert any("step 2: 'reward' skipped, not a distribution summary" in w
+               for w in loaded.warnings)

@@ -67,8 +67,15 @@ def combine_results(results: list[UpdateResult], seconds: float) -> UpdateResult
         engine_diff_sum=sum(r.engine_diff_sum for r in results),
         engine_diff_max=max(r.engine_diff_max for r in results),
         engine_kl_sum=sum(r.engine_kl_sum for r in results),
+        engine_ratio_T=_joined([r.engine_ratio_T for r in results]),
         grad_norm=first.grad_norm, learning_rate=first.learning_rate,
         skipped_steps=first.skipped_steps, seconds=seconds, memory=memory)
+
+
+def _joined(parts: list[torch.Tensor | None]) -> torch.Tensor | None:
+    """Every rank's ratio sample in one [T] tensor (each rank's is bounded already)."""
+    kept = [p for p in parts if p is not None]
+    return torch.cat(kept) if kept else None
 
 
 class LearnerGroup:

@@ -115,6 +115,14 @@ class UpdateResult:
     memory: dict[str, float] = field(default_factory=dict)
     # sum over response tokens of KL(engine || local), k3 estimate, first epoch (as the diff)
     engine_kl_sum: float = 0.0
+    # [T] exp(local - engine) per response token of the pre-update passes, on the host: the
+    # importance ratio's distribution (`rlvr.metrics.distributions`); at most
+    # MAX_RATIO_VALUES of them, an evenly strided sample past that, so a long batch costs a
+    # bounded copy (and a bounded message from a learner rank). None: no tokens.
+    engine_ratio_T: torch.Tensor | None = None
+
+
+MAX_RATIO_VALUES = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -133,6 +141,7 @@ class _FirstPassStats:
 
     def __init__(self) -> None:
         self.entropy_sum = self.diff_sum = self.diff_max = self.kl_sum = 0.0
+        self.log_ratios: list[torch.Tensor] = []  # [T_i] per micro-batch, on the host
 
     def add(self, mb: PackedBatch, logprobs_RL: torch.Tensor,
             entropy_RL: torch.Tensor) -> None:
@@ -144,6 +153,15 @@ class _FirstPassStats:
         # k3 (Schulman): r - 1 - log r >= 0, unbiased for KL(engine || local) on engine samples
         self.kl_sum += float((torch.expm1(log_ratio) - log_ratio).sum())
         self.diff_max = max(self.diff_max, float(diff.max()) if diff.numel() else 0.0)
+        self.log_ratios.append(log_ratio.detach().float().cpu())
+
+    def ratio_T(self) -> torch.Tensor | None:
+        """[T] the ratios of every token added, strided down to MAX_RATIO_VALUES."""
+        if not self.log_ratios:
+            return None
+        log_ratio_T = torch.cat(self.log_ratios)
+        stride = -(-log_ratio_T.numel() // MAX_RATIO_VALUES)  # ceil
+        return torch.exp(log_ratio_T[::stride]) if log_ratio_T.numel() else None
 
 
 def accumulate_sums(total: dict[str, float], part: dict[str, float]) -> None:
@@ -370,6 +388,7 @@ class Learner:
             num_sequences=sum(b.num_sequences for b in batches),
             entropy_sum=stats.entropy_sum, engine_diff_sum=stats.diff_sum,
             engine_diff_max=stats.diff_max, engine_kl_sum=stats.kl_sum,
+            engine_ratio_T=stats.ratio_T(),
             grad_norm=grad_norm, learning_rate=learning_rate,
             skipped_steps=skipped, seconds=time.perf_counter() - start,
             memory=memory_metrics(self.device))

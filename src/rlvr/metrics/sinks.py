@@ -1,6 +1,7 @@
 """Where step metrics go: JSONL (always), the terminal, TensorBoard and W&B, chosen from the
 logging config by `build_sinks`; and phase timing. Sinks receive finished numbers; they compute
-nothing about training.
+nothing about training. A step's distributions (`rlvr.metrics.distributions`) go, as
+fixed-size summaries, to `distributions.jsonl`, TensorBoard and W&B histograms.
 """
 
 from __future__ import annotations
@@ -17,12 +18,21 @@ from typing import Iterator, Protocol
 from rlvr.checkpoint.atomic import write_text_atomic
 from rlvr.config import Config
 from rlvr.metrics.console import CONSOLE_KEYS, ConsoleSink
+from rlvr.metrics.distributions import DistributionSummary, distributions_path
 
 
 class MetricSink(Protocol):
     def log(self, step: int, metrics: dict[str, float]) -> None: ...
 
     def close(self) -> None: ...
+
+
+class DistributionSink(Protocol):
+    """A sink that also takes a step's distributions (`rlvr.metrics.distributions`), as
+    fixed-size summaries."""
+
+    def log_distributions(self, step: int, summaries: dict[str, DistributionSummary]
+                          ) -> None: ...
 
 
 def _finite_or_none(value: float) -> float | None:
@@ -40,7 +50,11 @@ class JsonlSink:
         self._file = open(self.path, "a", encoding="utf-8")
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
-        record = {"training_step": step, **{k: _finite_or_none(v) for k, v in metrics.items()}}
+        self.write({"training_step": step,
+                    **{k: _finite_or_none(v) for k, v in metrics.items()}})
+
+    def write(self, record: dict) -> None:
+        """One record (with its `training_step`) as one line, flushed and fsynced."""
         self._file.write(json.dumps(record) + "\n")
         self._file.flush()
         os.fsync(self._file.fileno())
@@ -66,6 +80,26 @@ class JsonlSink:
         write_text_atomic(path, "".join(kept))
 
 
+class DistributionsJsonlSink:
+    """`distributions.jsonl`: one line per step, `{"training_step": N, name: summary, ...}`
+    (`DistributionSummary.to_json`). Written as `metrics.jsonl` is (`JsonlSink`: whole lines,
+    a torn last line dropped on open) and truncated with it on resume (`rlvr.build`)."""
+
+    def __init__(self, path: Path):
+        self._lines = JsonlSink(path)
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        """Scalars go to `metrics.jsonl`, not here."""
+
+    def log_distributions(self, step: int, summaries: dict[str, DistributionSummary]) -> None:
+        if summaries:
+            self._lines.write({"training_step": step,
+                               **{name: s.to_json() for name, s in summaries.items()}})
+
+    def close(self) -> None:
+        self._lines.close()
+
+
 def _drop_torn_last_line(path: Path) -> None:
     if not path.exists() or path.stat().st_size == 0:
         return
@@ -86,6 +120,15 @@ class TensorBoardSink:
                 self._writer.add_scalar(key, value, step)
         self._writer.flush()
 
+    def log_distributions(self, step: int, summaries: dict[str, DistributionSummary]) -> None:
+        """Each summary's histogram as it is (`add_histogram_raw`: the values are not here)."""
+        for name, s in summaries.items():
+            self._writer.add_histogram_raw(
+                f"distributions/{name}", min=s.min, max=s.max, num=s.count,
+                sum=s.mean * s.count, sum_squares=s.count * (s.std ** 2 + s.mean ** 2),
+                bucket_limits=s.bin_edges[1:], bucket_counts=s.bin_counts, global_step=step)
+        self._writer.flush()
+
     def close(self) -> None:
         self._writer.close()
 
@@ -101,6 +144,13 @@ class WandbSink:
     def log(self, step: int, metrics: dict[str, float]) -> None:
         self._run.log(metrics, step=step)
 
+    def log_distributions(self, step: int, summaries: dict[str, DistributionSummary]) -> None:
+        import wandb
+
+        self._run.log({f"distributions/{name}": wandb.Histogram(
+            np_histogram=(s.bin_counts, s.bin_edges)) for name, s in summaries.items()},
+            step=step)
+
     def close(self) -> None:
         self._run.finish()
 
@@ -112,6 +162,12 @@ class MetricsLogger:
     def log(self, step: int, metrics: dict[str, float]) -> None:
         for sink in self.sinks:
             sink.log(step, metrics)
+
+    def log_distributions(self, step: int, summaries: dict[str, DistributionSummary]) -> None:
+        """To the sinks that take distributions (`DistributionSink`); the others skip them."""
+        for sink in self.sinks:
+            if callable(getattr(sink, "log_distributions", None)):
+                sink.log_distributions(step, summaries)
 
     def close(self) -> None:
         for sink in self.sinks:
@@ -144,7 +200,8 @@ class StepTimer:
 
 
 def build_sinks(cfg: Config, output_dir: Path, config_dict: dict) -> list[MetricSink]:
-    sinks: list[MetricSink] = [JsonlSink(output_dir / "metrics.jsonl")]
+    sinks: list[MetricSink] = [JsonlSink(output_dir / "metrics.jsonl"),
+                               DistributionsJsonlSink(distributions_path(output_dir))]
     if cfg.logging.progress_bar:
         sinks.append(ConsoleSink(cfg.num_training_steps, CONSOLE_KEYS))
     if cfg.logging.with_tracking:

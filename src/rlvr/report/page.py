@@ -2,7 +2,10 @@
 no script) that any browser opens from disk, on a machine without network or W&B.
 
 Sections: the runs and their status, their settings (for several runs, the settings that
-differ), the curves (`panels.PANELS`, each against step and wall time), eval scores per
+differ), the health gates' signals against their bounds (`health_signals`), the curves
+(`panels.PANELS`, each against step and wall time), the step distributions
+(`panels.DISTRIBUTION_PANELS`, quantile bands; a run from before they were recorded has a
+note instead), eval scores per
 eval point, the time each step spent per part, and sample completions from the traces.
 Every text that comes from a run (completions above all) is HTML-escaped.
 
@@ -22,7 +25,9 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from rlvr.checkpoint.atomic import write_text_atomic
-from rlvr.report.panels import PANELS, eval_table, time_breakdown, with_derived
+from rlvr.report.health_signals import with_health_signals
+from rlvr.report.panels import (DISTRIBUTION_PANELS, PANELS, eval_table, time_breakdown,
+                                with_derived)
 from rlvr.report.plan_panel import plan_section
 import rlvr.report.plots as plots
 from rlvr.report.run_data import RunData, load_run
@@ -78,7 +83,8 @@ def render_page(runs: list[RunData]) -> str:
     title = "rlvr report: " + " vs ".join(r.name for r in runs)
     parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{_e(title)}</title>"
              f"<style>{STYLE}</style></head><body>", f"<h1>{_e(title)}</h1>",
-             _runs_section(runs), _settings_section(runs), _curves_section(runs),
+             _runs_section(runs), _settings_section(runs), _health_section(runs),
+             _curves_section(runs), _distributions_section(runs),
              _eval_section(runs), _time_section(runs), plan_section(runs),
              _samples_section(runs),
              "</body></html>"]
@@ -123,6 +129,37 @@ def _curves_section(runs: list[RunData]) -> str:
     return ("<h2>Curves</h2><p>Each quantity against training step (left) and wall time "
             "(right). A metric equal at every step to one already in its plot is not drawn "
             "again.</p><div class='curves'>" + "".join(images) + "</div>")
+
+
+def _health_section(runs: list[RunData]) -> str:
+    fig = plots.health_figure([(r.name, with_health_signals(r.metrics, r.config), r.config)
+                               for r in runs])
+    if fig is None:
+        return ""
+    off = [r.name for r in runs if r.config.get("health", {}).get("enabled") is False]
+    note = (f" The gates were off (<code>health.enabled=false</code>) in: {_e(', '.join(off))}."
+            if off else "")
+    return ("<h2>Health</h2><p>Each health gate's signal per step against the bounds it "
+            "warns or stops at (the run's <code>health.*</code>; docs/health.md). The trend "
+            f"gates compare windows of steps and have no line here.{note}</p>"
+            + _img(fig, "Health gates"))
+
+
+def _distributions_section(runs: list[RunData]) -> str:
+    frames = [(r.name, r.distributions) for r in runs]
+    images = []
+    for panel in DISTRIBUTION_PANELS:
+        fig = plots.distribution_figure(panel, frames)
+        if fig is not None:
+            images.append(_img(fig, panel.title))
+    missing = [r.name for r in runs if r.distributions is None]
+    note = (f"<p>No distributions.jsonl (a run from before distributions were recorded): "
+            f"{_e(', '.join(missing))}.</p>" if missing else "")
+    if not images and not note:
+        return ""
+    return ("<h2>Distributions</h2><p>Each step's values, not only their mean: the median "
+            "(line), the middle half and the middle 90% (bands), min and max (dotted).</p>"
+            + note + "<div class='curves'>" + "".join(images) + "</div>")
 
 
 def _eval_section(runs: list[RunData]) -> str:

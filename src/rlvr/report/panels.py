@@ -5,7 +5,9 @@ metrics frame; nothing here draws.
 Metric names are the trainer's (`rlvr.trainer`, `rlvr.producer.groups.episode_metrics`,
 `rlvr.algorithm.losses`): a panel lists patterns (`fnmatch`), so eval metrics of any set
 (`eval/scores`, `eval/<set>/scores`) land in the eval panel. A panel none of whose metrics a
-run logged is left out.
+run logged is left out. The distribution panels (`DISTRIBUTION_PANELS`) draw a step's
+`distributions.jsonl` summaries as quantile bands; the health gates' signals have a panel of
+their own (`health_signals`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
 import pandas as pd
+
+from rlvr.metrics import distributions
 
 
 @dataclass(frozen=True)
@@ -41,9 +45,23 @@ PANELS = (
           ("learner_tokens_per_second_step", "derived/generation_tokens_per_second")),
     Panel("Loss", "loss", ("loss/policy_avg", "loss/total_avg")),
     Panel("Gradient norm", "norm (before clipping)", ("optim/grad_norm",)),
-    # The mismatch gate's signals (docs/health.md): bf16 noise near 0.01 is healthy.
-    Panel("Engine against learner (health gate)", "nats per token",
-          ("debug/engine_vs_local_logprob_diff_mean", "debug/engine_vs_local_kl")),
+)
+
+
+@dataclass(frozen=True)
+class DistributionPanel:
+    name: str  # the distribution's name in distributions.jsonl (`rlvr.metrics.distributions`)
+    title: str
+    ylabel: str
+
+
+DISTRIBUTION_PANELS = (
+    DistributionPanel(distributions.REWARD, "Reward per sample", "reward"),
+    DistributionPanel(distributions.RESPONSE_LENGTH, "Response length per sample", "tokens"),
+    DistributionPanel(distributions.ADVANTAGE, "Advantage per trained sample", "advantage"),
+    # 1 where the engine sampled the policy the learner scores; bf16 noise spreads it a little.
+    DistributionPanel(distributions.LEARNER_ENGINE_RATIO,
+                      "Learner / engine probability per token", "ratio"),
 )
 
 

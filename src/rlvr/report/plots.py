@@ -5,7 +5,11 @@ pyplot: no global figure state, no display needed, safe to call repeatedly. Each
 keep a line style of their own and each metric a colour of its own, so two runs compared on
 one axis stay tellable apart.
 
-Not here: which metrics go where (`panels`), the page (`page`).
+A distribution is drawn as quantile bands over the steps (p5-p95 light, p25-p75 darker,
+the median a line); the health panel as one small plot per gate signal, each with its bounds
+as horizontal lines.
+
+Not here: which metrics go where (`panels`, `health_signals`), the page (`page`).
 """
 
 from __future__ import annotations
@@ -18,7 +22,8 @@ from matplotlib import rc_context
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from rlvr.report.panels import Panel, panel_metrics
+from rlvr.report.health_signals import GATE_SIGNALS, signal_bounds
+from rlvr.report.panels import DistributionPanel, Panel, panel_metrics
 
 LINE_STYLES = ("-", "--", ":", "-.")
 DPI = 90
@@ -91,6 +96,90 @@ def time_breakdown_figure(name: str, breakdown: pd.DataFrame) -> Figure | None:
                    fontweight="bold")
     axis.grid(alpha=0.3, axis="y")
     fig.legend(loc="outside right upper", fontsize=8, frameon=False)
+    return fig
+
+
+@_plain_text
+def distribution_figure(panel: DistributionPanel, runs: list[tuple[str, pd.DataFrame | None]]
+                        ) -> Figure | None:
+    """The panel's distribution over the steps of every run (name, `RunData.distributions`),
+    one colour per run; None when no run recorded it."""
+    series = [(name, frame[frame["name"] == panel.name].sort_values("training_step"))
+              for name, frame in runs if frame is not None]
+    series = [(name, rows) for name, rows in series if len(rows)]
+    if not series:
+        return None
+    fig = Figure(figsize=(7.6, 3.2), dpi=DPI, layout="constrained")
+    axis = fig.subplots()
+    for index, (name, rows) in enumerate(series):
+        colour, label = f"C{index % 10}", (f"{name}: " if len(runs) > 1 else "")
+        steps = rows["training_step"]
+        axis.fill_between(steps, rows["p5"], rows["p95"], color=colour, alpha=0.15,
+                          linewidth=0, label=f"{label}p5-p95")
+        axis.fill_between(steps, rows["p25"], rows["p75"], color=colour, alpha=0.35,
+                          linewidth=0, label=f"{label}p25-p75")
+        axis.plot(steps, rows["p50"], "-", color=colour, marker="o" if len(rows) <= 40 else None,
+                  markersize=3, label=f"{label}median")
+        axis.plot(steps, rows["min"], ":", color=colour, linewidth=0.8, label=f"{label}min, max")
+        axis.plot(steps, rows["max"], ":", color=colour, linewidth=0.8)
+    axis.set_xlabel("training step")
+    axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+    axis.set_ylabel(panel.ylabel)
+    axis.grid(alpha=0.3)
+    axis.set_title(panel.title, loc="left", fontsize=11, fontweight="bold")
+    fig.legend(loc="outside right upper", fontsize=8, frameon=False)
+    return fig
+
+
+BOUND_STYLES = {"warn": "#e69f00", "stop": "#d00000"}  # bound label -> line colour
+
+
+@_plain_text
+def health_figure(runs: list[tuple[str, pd.DataFrame, dict]]) -> Figure | None:
+    """One plot per gate signal (`health_signals.GATE_SIGNALS`) some run logged: the signal
+    against step for every run (name, metrics frame with the derived signals, config), and
+    each run's bounds for it as dashed lines. None when no run logged any."""
+    shown = [signal for signal in GATE_SIGNALS
+             if any(signal.metric in frame.columns and frame[signal.metric].notna().any()
+                    for _, frame, _ in runs)]
+    if not shown:
+        return None
+    columns = min(len(shown), 3)
+    rows = -(-len(shown) // columns)
+    fig = Figure(figsize=(4.2 * columns, 2.9 * rows), dpi=DPI, layout="constrained")
+    axes = fig.subplots(rows, columns, squeeze=False).ravel()
+    for axis, signal in zip(axes, shown):
+        bounds: dict[tuple[str, float], None] = {}
+        for run_index, (name, frame, config) in enumerate(runs):
+            if signal.metric in frame.columns:
+                values = pd.to_numeric(frame[signal.metric], errors="coerce")
+                points = frame.assign(value=values).dropna(subset=["value"])
+                axis.plot(points["training_step"], points["value"],
+                          LINE_STYLES[run_index % len(LINE_STYLES)], color="C0",
+                          marker="o" if len(points) <= 40 else None, markersize=3,
+                          label=name if len(runs) > 1 else None)
+            bounds.update(dict.fromkeys(signal_bounds(signal, config)))
+        for label, value in bounds:
+            axis.axhline(value, linestyle="--", linewidth=1,
+                         color=BOUND_STYLES.get(label.split(":")[0], "grey"), label=label)
+        side = "below" if signal.below else "above"
+        axis.set_title(f"{signal.gate}: {signal.metric}\n(fires {side} its bound)",
+                       loc="left", fontsize=9)
+        axis.set_xlabel("training step")
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+        axis.set_ylabel(signal.ylabel)
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=7, frameon=False)
+    # One step range for every plot: a signal logged at one step is not a plot of its own
+    # (and a single point does not get fractional step ticks).
+    steps = pd.concat([frame["training_step"] for _, frame, _ in runs])
+    if steps.max() > steps.min():
+        for axis in axes[:len(shown)]:
+            axis.set_xlim(steps.min(), steps.max())
+    for axis in axes[len(shown):]:
+        axis.set_visible(False)
+    fig.suptitle("Health gates: each signal against its bounds", x=0.01, ha="left",
+                 fontsize=11, fontweight="bold")
     return fig
 
 

@@ -1,10 +1,11 @@
-"""Reading a run directory for the report: its metrics, its config and its traces, as they are
-on disk at this moment (a run may still be writing them).
+"""Reading a run directory for the report: its metrics, its step distributions, its config
+and its traces, as they are on disk at this moment (a run may still be writing them).
 
 Lenient where a run in progress or a killed one leaves things half done: a torn last line of
 `metrics.jsonl` is skipped (the run is then reported in progress), a trace file that is not a
-whole Parquet file is skipped with a warning naming it. Strict where nothing can be shown: a
-directory without metrics raises `ReportError` naming what is missing.
+whole Parquet file is skipped with a warning naming it; a run without `distributions.jsonl`
+(one from before distributions were recorded) is reported without them. Strict where nothing
+can be shown: a directory without metrics raises `ReportError` naming what is missing.
 
 Not here: what to plot (`panels`), drawing (`plots`), the page (`page`).
 """
@@ -24,6 +25,7 @@ import pyarrow.parquet as pq
 import yaml
 
 from rlvr.data.readers import bounded_lines
+from rlvr.metrics.distributions import QUANTILES, DistributionSummary, distributions_path
 from rlvr.metrics.traces import step_files
 from rlvr.report.samples import SampleChoice, spread_points
 
@@ -51,6 +53,9 @@ class RunData:
     traces: pd.DataFrame | None = None
     traces_kind: str | None = None  # "eval" | "training"; None without traces
     warnings: list[str] = field(default_factory=list)  # shown on the page
+    # One row per (step, distribution): `training_step`, `name`, and the summary's figures
+    # (`DISTRIBUTION_COLUMNS`); None for a run without `distributions.jsonl`.
+    distributions: pd.DataFrame | None = None
 
     @property
     def last_step(self) -> int:
@@ -92,7 +97,8 @@ def load_run(path: Path | str, max_points: int = SampleChoice.max_points) -> Run
     metrics["wall_time"] = wall_clock(metrics.get("time/elapsed", pd.Series(dtype=float)),
                                       len(metrics))
     run = RunData(name=path.resolve().name, path=path, config=_read_config(path, warnings),
-                  metrics=metrics, torn_last_line=torn, warnings=warnings)
+                  metrics=metrics, torn_last_line=torn, warnings=warnings,
+                  distributions=read_distributions(distributions_path(path), warnings))
     for kind, folder in (("eval", path / "traces" / "eval"), ("training", path / "traces")):
         files = step_files(folder)
         shown = [files[step] for step in spread_points(list(files), max_points)]
@@ -140,6 +146,35 @@ def _add_step(rows: list[dict[str, Any]], line: str, path: Path, number: int,
         while rows and rows[-1]["training_step"] >= step:
             rows.pop()
         rows.append({k: (math.nan if v is None else v) for k, v in record.items()})
+
+
+DISTRIBUTION_COLUMNS = ("count", "nonfinite", "min", "max", "mean", "std", *QUANTILES)
+
+
+def read_distributions(path: Path, warnings: list[str]) -> pd.DataFrame | None:
+    """`distributions.jsonl`'s summaries, one row per step and distribution (the histograms
+    are not kept: the report draws quantile bands); None without the file or a summary. Read
+    as `metrics.jsonl` is (`read_metrics`: bounded lines, a later attempt's steps replacing
+    an earlier one's); an entry that is not a summary is skipped with a warning."""
+    if not path.is_file():
+        return None
+    records, _ = read_metrics(path, warnings)
+    rows = []
+    for record in records:
+        step = record["training_step"]
+        for name, value in record.items():
+            if name == "training_step":
+                continue
+            try:
+                summary = DistributionSummary.from_json(value)
+            except (KeyError, TypeError, ValueError) as e:
+                warnings.append(f"{path} step {step}: {name!r} skipped, not a distribution "
+                                f"summary ({_first_line(e)})")
+                continue
+            rows.append({"training_step": step, "name": str(name),
+                         **{c: getattr(summary, c) for c in DISTRIBUTION_COLUMNS[:6]},
+                         **summary.quantiles})
+    return pd.DataFrame(rows) if rows else None
 
 
 def wall_clock(elapsed: pd.Series, length: int) -> list[float]:

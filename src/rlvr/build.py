@@ -23,6 +23,7 @@ from rlvr.checkpoint.rerun import check_rerun, config_path, move_aside
 from rlvr.checkpoint.resume import plan_resume
 from rlvr.checkpoint.state import TrainingState
 from rlvr.config import Config, ConfigError, to_dict, to_yaml, warnings_for
+from rlvr.console import phase, quiet_imported_torch, quiet_third_party
 from rlvr.data import DataBundle, load_datasets, tokenize_datasets
 from rlvr.device import (HOST, ONE_GPU_PER_RANK_FIX, DeviceUnavailable, cluster_bf16,
                          cluster_device_type, collective_backend, keep_freed_host_memory,
@@ -135,7 +136,10 @@ def seed_everything(seed: int) -> None:
 
 def prepare_process(cfg: Config) -> None:
     """What every entry point does first: the registered names checked, the seeds set, the
-    config's warnings logged, torch's thread count set."""
+    config's warnings logged, torch's thread count set, and the libraries' chatter silenced
+    (`rlvr.console`: the same console from Python as from the CLI)."""
+    quiet_third_party()
+    quiet_imported_torch()
     check_registered_names(cfg)
     seed_everything(cfg.experiment.seed)
     for warning in warnings_for(cfg):
@@ -190,7 +194,11 @@ def build_run(cfg: Config, start: StartPlan | None = None) -> Run:
     state_dir = state_dir_of(cfg)
     layout = driver_layout(cfg)
     try:
-        policy = load_causal_lm(model_dir, cfg.model.dtype, layout.attention)
+        with phase("model") as done:
+            policy = load_causal_lm(model_dir, cfg.model.dtype, layout.attention)
+            done["detail"] = (f"{cfg.model.name_or_path}, "
+                              f"{sum(p.numel() for p in policy.parameters()) / 1e6:.0f}M "
+                              f"parameters, {cfg.model.dtype}")
     except ImportError as e:  # flash_attention_2 without flash-attn installed
         raise ConfigError(f"model.attn_implementation={layout.attention!r}: "
                           f"{str(e).splitlines()[0]}") from e
@@ -227,7 +235,9 @@ def build_run(cfg: Config, start: StartPlan | None = None) -> Run:
     write_text_atomic(config_path(output_dir), to_yaml(cfg))  # what a rerun compares
     learner = build_learner(cfg, model_dir, policy, devices)
     eos_ids = engine_eos_ids(tokenizer, policy)
-    engine = build_engine(cfg, model_dir, eos_ids, tokenizer.pad_token_id, devices)
+    with phase("engine") as done:
+        engine = build_engine(cfg, model_dir, eos_ids, tokenizer.pad_token_id, devices)
+        done["detail"] = type(engine).__name__
     scorer = RewardScorer.from_settings(scorer_settings(cfg, tokenizer))
     source = build_source(cfg, data, engine, scorer, tokenizer)
     # Before the sinks open the files: drop steps the state does not hold, or, for a start at
@@ -275,15 +285,27 @@ def build_data(cfg: Config, trains: bool = False) -> PromptData:
     Data first: a bad row fails before any model (or a 45 s conversion) is touched. The
     longest sequence is checked against the model's positions: an eval answer's, and a
     training episode's for a run that `trains` (`rlvr eval` does not)."""
-    loaded = load_datasets(cfg.data, cfg.experiment.seed, cfg.rewards.remap_verifier)
-    check_judge_configured(cfg, loaded)
-    check_custom_verifiers(cfg, loaded)
-    model_dir = resolve_model_dir(cfg.model.name_or_path)
-    check_position_limit(cfg, model_dir, trains)
-    tokenizer = load_tokenizer(model_dir)
-    data = tokenize_datasets(loaded, cfg.data, tokenizer, cfg.experiment.seed)
-    check_template_turns(cfg, tokenizer)
+    with phase("data") as done:
+        loaded = load_datasets(cfg.data, cfg.experiment.seed, cfg.rewards.remap_verifier)
+        check_judge_configured(cfg, loaded)
+        check_custom_verifiers(cfg, loaded)
+        model_dir = resolve_model_dir(cfg.model.name_or_path)
+        check_position_limit(cfg, model_dir, trains)
+        tokenizer = load_tokenizer(model_dir)
+        data = tokenize_datasets(loaded, cfg.data, tokenizer, cfg.experiment.seed)
+        check_template_turns(cfg, tokenizer)
+        done["detail"] = describe_data(data)
     return PromptData(model_dir, tokenizer, data)
+
+
+def describe_data(data: DataBundle) -> str:
+    """`data` phase's line: what was read, per source, and what was left out."""
+    train = ", ".join(f"{n} {name}" for name, n in data.train_sizes.items())
+    evals = ", ".join(f"{len(s.prompts)} {s.name}" for s in data.eval_sets) or "none"
+    left = [f"{data.num_dropped_too_long} too long" if data.num_dropped_too_long else "",
+            f"{data.num_bad_rows} bad rows" if data.num_bad_rows else ""]
+    left_out = "; left out: " + ", ".join(x for x in left if x) if any(left) else ""
+    return f"training prompts {train or 'none'}; eval prompts {evals}{left_out}"
 
 
 def plan_devices(cfg: Config, cluster_gpus: float | None) -> DevicePlan:

@@ -8,7 +8,6 @@ config); a bad config exits with status 2 and names the field before any model i
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 import traceback
@@ -17,20 +16,17 @@ from pathlib import Path
 # Only light modules here: `rlvr --help` and a usage error import no torch (main imports the
 # exceptions of the heavy modules once the arguments are parsed).
 from rlvr.config import ConfigError, load_config, to_yaml
+from rlvr.console import configure_logging
 from rlvr.interrupts import (EngineLost, EngineUnavailable, LearnerLost, NoLearningSignal,
                              NumericalFault, ResumeRefused, RunFinished, SaveFailed,
                              RunUnhealthy, SlurmJobFailed, TrainingInterrupted, VerifierFault)
 
 
 def _quiet_libraries() -> None:
-    # transformers' weight-loading bars and advisory warnings drown the training progress bar.
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    from transformers.utils import logging as hf_logging
+    # Before the heavy imports: torch's and vLLM's C++ sides read their log levels at import.
+    from rlvr.console import quiet_third_party
 
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-    # The remote engine's HTTP client logs every request at INFO: a line per sample.
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+    quiet_third_party()
 
 
 def _split_args(items: list[str]) -> tuple[list[str], list[str]]:
@@ -201,7 +197,9 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     model = model.to(resolve_device("auto").torch)
     engine = TransformersEngine(model, tokenizer, (tokenizer.eos_token_id,),
                                 tokenizer.pad_token_id)
-    params = SamplingParams(n=args.n, temperature=args.temperature, max_tokens=args.max_tokens,
+    temperature = args.temperature if args.temperature is not None else (
+        1.0 if args.n > 1 else 0.0)
+    params = SamplingParams(n=args.n, temperature=temperature, max_tokens=args.max_tokens,
                             stop_strings=template.stop_strings,
                             seed=args.seed)
     for completion in engine.generate([list(ids)], params)[0]:
@@ -288,6 +286,11 @@ def _cmd_env(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rlvr", description=__doc__.splitlines()[0])
+    parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"],
+                        default=None,
+                        help="rlvr's log lines from this level (default: info, or "
+                             "$RLVR_LOG_LEVEL); RLVR_DEBUG=1 also shows the libraries' own "
+                             "lines (vLLM, torch, transformers), silenced otherwise")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, helptext in [("train", "train a policy"), ("config", "print the resolved config")]:
         p = sub.add_parser(name, help=helptext)
@@ -361,10 +364,13 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("model", help="built-in name, Hugging Face model directory, or a LoRA "
                    "checkpoint (merged on the fly)")
     g.add_argument("--prompt", required=True)
-    g.add_argument("--n", type=int, default=1)
-    g.add_argument("--max-tokens", type=int, default=64)
-    g.add_argument("--temperature", type=float, default=0.0)
-    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--n", type=int, default=1, help="answers to sample (default: 1)")
+    g.add_argument("--max-tokens", type=int, default=64,
+                   help="new tokens per answer at most (default: 64)")
+    g.add_argument("--temperature", type=float, default=None,
+                   help="sampling temperature (default: 0, greedy, for one answer; 1.0 when "
+                        "--n asks for several: n greedy answers would all be the same)")
+    g.add_argument("--seed", type=int, default=0, help="sampling seed (default: 0)")
     g.add_argument("--chat-template", default="tokenizer",
                    help="as data.chat_template: tokenizer (default), r1_zero, plain, or a Jinja "
                         "file")
@@ -372,8 +378,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     args = build_parser().parse_args(argv)
+    try:
+        configure_logging(args.log_level)
+    except ValueError as e:  # RLVR_LOG_LEVEL names no level
+        return _fail(e, 2)
     handlers = {"train": _cmd_train, "launch": _cmd_launch, "serve": _cmd_serve,
                 "config": _cmd_config,
                 "generate": _cmd_generate,

@@ -194,7 +194,12 @@ def run_eval(run: Run, step: int) -> dict[str, float]:
     if run.evaluator is None:
         return {}
     start = time.perf_counter()
+    # Announced: an eval can take longer than a step, and nothing else prints meanwhile.
+    log.info("eval %s step %d: %d prompts ...", "before" if step == 0 else "after", step,
+             sum(len(s.prompts) for s in run.evaluator.sets))
     result = run.evaluator.run(run.engine, run.scorer)
+    log.info("eval: eval/scores=%.3g (%.1f s)", result.metrics.get("eval/scores", float("nan")),
+             time.perf_counter() - start)
     run.scorer.metrics_since_last()  # eval verifier errors are not the step's (eval/ counts them)
     if run.traces is not None:
         run.traces.write_eval(step, [row for s in result.sets for row in eval_rows(

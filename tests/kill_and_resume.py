@@ -45,6 +45,9 @@ def kill_after_step(cmd: list[str], out: Path, step: int, env: dict, timeout_s: 
 
 
 def same_final_weights(a: Path, b: Path) -> bool:
-    wa = load_file(a / "final" / "model.safetensors")
-    wb = load_file(b / "final" / "model.safetensors")
+    return same_safetensors(a / "final" / "model.safetensors", b / "final" / "model.safetensors")
+
+
+def same_safetensors(a: Path, b: Path) -> bool:
+    wa, wb = load_file(a), load_file(b)
     return wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)

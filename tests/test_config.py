@@ -72,7 +72,6 @@ def test_wrong_type_names_the_field():
     (["rewards.additive_format_reward=true"], "rewards.apply_r1_style_format_reward"),
     (["rollout.async_steps=-1"], "rollout.async_steps"),
     (["rollout.inflight_updates=true"], "rollout.inflight_updates"),
-    (["rollout.async_steps=1", "algorithm.active_sampling=true"], "algorithm.active_sampling"),
     (["rollout.engine=vllm", "rollout.vllm_max_model_len=64"], "rollout.vllm_max_model_len"),
     (["model.device=tpu"], "model.device"),
     (["model.attn_implementation=flash_attention_3"], "model.attn_implementation"),

@@ -418,7 +418,15 @@ def build_engine(cfg: Config, model_dir: str, eos_ids: tuple[int, ...],
     protocol."""
     r, settings = cfg.rollout, engine_settings(cfg, devices.type, devices.bf16)
     if r.vllm_num_engines == 0:
-        return create_engine(r.engine, model_dir, settings, eos_ids, pad_id)
+        name = r.engine
+        if name == "auto" and cfg.world_size > 1 and cfg.distributed.launcher == "local":
+            # vLLM in rank 0's process would wait for ever on the learners' process group (the
+            # config check refuses rollout.engine=vllm here; auto falls back, saying so).
+            log.warning("rollout.engine=auto with %d local learner ranks: the transformers "
+                        "engine generates (vLLM cannot start inside a learner rank's process "
+                        "group; rollout.engine=remote runs it on servers)", cfg.world_size)
+            name = "transformers"
+        return create_engine(name, model_dir, settings, eos_ids, pad_id)
     # Resolved here: the actors' tensor-parallel ranks depend on which engine it is.
     return EngineGroup(r.vllm_num_engines, resolve_engine_name(r.engine), str(model_dir),
                        settings, eos_ids, pad_id,

@@ -37,6 +37,15 @@ def _check_distributed(errors: list[str], cfg: Config) -> None:
                       "--ntasks-per-node), on at most distributed.slurm.nodes="
                       f"{d.slurm.nodes} nodes")
     r = cfg.rollout
+    if d.launcher == "local" and cfg.world_size > 1 and r.engine == "vllm" \
+            and r.vllm_num_engines == 0:
+        # Found by the composition matrix (docs/composition.md): the run hung at the engine.
+        errors.append(f"rollout.engine=vllm runs vLLM in learner rank 0's process, which with "
+                      f"distributed.num_learners_per_node={per_node} under the local launcher "
+                      "already holds the learners' process group: vLLM's start waits on it for "
+                      "ever. Generate on inference servers (rollout.engine=remote, started by "
+                      "the launcher) or engine actors (distributed.launcher=ray), or with "
+                      "rollout.engine=transformers")
     if r.vllm_num_engines > 0 and d.launcher != "ray":
         errors.append(f"rollout.vllm_num_engines={r.vllm_num_engines} starts engine actors, "
                       "which needs distributed.launcher=ray (0 keeps the engine in process)")

@@ -92,6 +92,12 @@ def shard_policy(model: torch.nn.Module, mode: ShardingMode, cpu_offload: bool,
     fully_shard(model, mesh=mesh, offload_policy=offload,  # embeddings, final norm, head
                 mp_policy=precision, reshard_after_forward=True if frozen else None)
     _sum_gradients_across_ranks(model)
+    # Each unit's dtypes settled now, while LoRA's adapters train: FSDP2 fixes a unit's
+    # reduce dtype from its trainable parameters at its lazy init (the first forward), and
+    # the first forward can be the reference's, under PEFT's disable_adapter, which sets the
+    # adapters' requires_grad to False: their units then reduced bf16 gradients into fp32
+    # weights and the update failed (found by tests/composition: LoRA with 2 ranks).
+    model._get_fsdp_state()._lazy_init()
     model.forward_logprobs = types.MethodType(forward_logprobs, model)
     register_fsdp_forward_method(model, "forward_logprobs")
     return model

@@ -110,3 +110,16 @@ def test_a_vllm_run_prints_only_rlvr_lines(tmp_path):
                       "rlvr: engine: VLLMEngine", "eval before step 0"):
         assert announced in text, text
     assert re.search(r"step 1/1 objective/verifiable_reward=", text), text
+
+
+def test_rlvr_eval_announces_its_work(tmp_path, caplog):
+    """`rlvr eval` printed nothing until its table: the engine and the eval are announced."""
+    from rlvr.cli import main
+
+    with caplog.at_level(logging.INFO, logger="rlvr"):
+        assert main(["eval", "tiny-llama", CONFIG, "rewards.num_workers=0", "eval.max_prompts=4",
+                     f"experiment.output_dir={tmp_path}"]) == 0
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    assert "eval of tiny-llama: 4 prompts ..." in text, text
+    assert re.search(r"eval of tiny-llama: \d+ prompts: eval/scores=[\d.]+ \(\d+\.\d s\)", text)
+    assert "engine: TransformersEngine" in text

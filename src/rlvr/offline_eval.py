@@ -27,6 +27,7 @@ from rlvr.build import build_data, plan_devices, prepare_process
 from rlvr.settings import engine_settings, eval_settings, scorer_settings
 from rlvr.checkpoint import write_text_atomic
 from rlvr.config import Config, ConfigError
+from rlvr.console import phase
 from rlvr.input_checks import check_code_sandbox
 from rlvr.models import TRUST_REMOTE_CODE
 from rlvr.producer.evaluation import EvalResult, Evaluator
@@ -60,8 +61,10 @@ def build_eval(cfg: Config) -> EvalParts:
     devices = plan_devices(cfg, None)
     # No learner shares the device: a colocated engine has no reason to sleep.
     settings = replace(engine_settings(cfg, devices.type, devices.bf16), colocate=False)
-    engine = create_engine(cfg.rollout.engine, model_dir, settings,
-                           generation_eos_ids(model_dir, tokenizer), tokenizer.pad_token_id)
+    with phase("engine") as done:
+        engine = create_engine(cfg.rollout.engine, model_dir, settings,
+                               generation_eos_ids(model_dir, tokenizer), tokenizer.pad_token_id)
+        done["detail"] = type(engine).__name__
     return EvalParts(evaluator=Evaluator(data.eval_sets, eval_settings(cfg), tokenizer),
                      engine=engine,
                      scorer=RewardScorer.from_settings(scorer_settings(cfg, tokenizer)))
@@ -87,7 +90,10 @@ def evaluate_model(cfg: Config) -> tuple[EvalResult, float]:
     parts = build_eval(cfg)
     try:
         start = time.perf_counter()
-        result = parts.evaluator.run(parts.engine, parts.scorer)
+        with phase(f"eval of {cfg.model.name_or_path}: "
+                   f"{sum(len(s.prompts) for s in parts.evaluator.sets)} prompts") as done:
+            result = parts.evaluator.run(parts.engine, parts.scorer)
+            done["detail"] = f"eval/scores={result.metrics.get('eval/scores', float('nan')):.3g}"
         return result, time.perf_counter() - start
     finally:
         parts.close()

@@ -308,10 +308,11 @@ def build_parser() -> argparse.ArgumentParser:
                                      "here, from a short calibration")
     pl.add_argument("items", nargs="*", metavar="CONFIG.yaml | key.sub=value")
     pl.add_argument("--json", action="store_true", help="print the plan as JSON")
-    pl.add_argument("--gen-tokens", type=int, default=32, metavar="N",
-                    help="new tokens the calibration generates (default 32); at least "
-                         "rollout.response_length sees whole completions: their lengths and "
-                         "rewards, at the cost of one step's generation")
+    pl.add_argument("--gen-tokens", type=int, default=None, metavar="N",
+                    help="new tokens the calibration generates (default: "
+                         "rollout.response_length, whole completions: their lengths and "
+                         "rewards, at the cost of one step's generation); fewer is quicker, "
+                         "and completions cut at N count as running to response_length")
     pl.add_argument("--no-save", action="store_true", help="do not write "
                     "experiment.output_dir/plan.json")
     pl.set_defaults(subparser=pl)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from rlvr.cli import main
 from rlvr.plan.predict import predict
 from rlvr.plan.records import PLAN_FILE, plan_record
@@ -48,6 +50,8 @@ def test_the_table_and_no_save(tmp_path, capsys, monkeypatch):
     assert not out_dir.exists()
 
 
-def test_a_run_across_processes_is_refused(capsys):
-    assert main(["plan", "configs/tiny.yaml", "distributed.num_learners_per_node=[2]"]) == 2
+@pytest.mark.parametrize("override", ["distributed.num_learners_per_node=[2]",
+                                      "rollout.engine=remote"])
+def test_a_run_across_processes_is_refused(capsys, override):
+    assert main(["plan", "configs/tiny.yaml", override]) == 2
     assert "one process" in capsys.readouterr().err

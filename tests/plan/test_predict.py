@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pytest
 
 from rlvr.plan.predict import (any_kept_probability, decode_steps, largest_micro_batch,
-                               packed_rows, predict, response_tokens_mean)
+                               likely_most_kept, packed_rows, predict, response_tokens_mean)
 from rlvr.plan.records import (Calibration, LearnerCalibration, LinearCost,
-                               MemoryCalibration, RolloutCalibration, RunShape)
+                               MemoryCalibration, RolloutCalibration, RunShape,
+                               calibration_from_json, dumps, plan_record)
 
 SHAPE = RunShape(num_steps=10, prompts_per_step=2, samples_per_prompt=2, response_length=8,
                  pack_length=64, packing="in_order", share_prompts=True, filter_zero_std=True,
@@ -103,7 +105,8 @@ def test_memory_worked_by_hand():
 
 
 def test_filtered_groups_train_less_and_skip_updates():
-    # Half the groups have reward spread: a step keeps none with chance 0.5^2 = 0.25.
+    # One of two groups had reward spread: (1 + 1/2) / (2 + 1) = 1/2 of groups train, and a
+    # step keeps none with chance 0.5^2 = 0.25.
     assert any_kept_probability(0.5, 2) == 0.75
     cal = replace(CAL, rollout=replace(ROLLOUT, spread_fraction=0.5))
     p = predict(cal, SHAPE)
@@ -128,3 +131,23 @@ def test_async_steps_take_the_slower_side():
     p = predict(CAL, replace(SHAPE, async_steps=1))
     # Generation and scoring (6 s) beside the update and sync (5 s).
     assert p.seconds["step"] == pytest.approx(6.0)
+
+
+def test_the_largest_step_the_run_is_likely_to_see():
+    # Four groups kept with chance 1/4, four steps: P(a step keeps <= 1) = 0.738, and
+    # 0.738^4 = 0.30 < 1/2; P(<= 2) = 0.949, 0.949^4 = 0.81: two groups.
+    assert likely_most_kept(4, 0.25, 4) == 2
+    assert likely_most_kept(4, 1.0, 10) == 4 and likely_most_kept(4, 0.0, 10) == 0
+    assert likely_most_kept(2, 0.5, 1) == 1  # P(<= 1) = 3/4
+    # No group of the calibration's two had spread: taken as (0 + 1/2) / (2 + 1) = 1/6. Of
+    # two groups a step keeps at most one with chance 1 - (1/6)^2 = 0.972, 0.972^10 = 0.75:
+    # the peak step keeps one group, one 20-token row, 50 + 2 x 20 bytes of activations.
+    cal = replace(CAL, rollout=replace(ROLLOUT, spread_fraction=0.0))
+    p = predict(cal, SHAPE)
+    assert p.tokens["kept_groups"] == pytest.approx(2 / 6)
+    assert p.memory["activations"] == 90.0
+
+
+def test_a_calibration_comes_back_from_its_json():
+    record = json.loads(dumps(plan_record(CAL, SHAPE, predict(CAL, SHAPE), {})))
+    assert calibration_from_json(record["calibration"]) == CAL

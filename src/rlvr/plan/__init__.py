@@ -38,8 +38,10 @@ def run_shape(cfg: Config, calibration: Calibration) -> RunShape:
         micro_batch_tokens=calibration.learner.micro_batch_tokens, async_steps=r.async_steps)
 
 
-def make_plan(cfg: Config, gen_tokens: int, described: str = "") -> dict[str, Any]:
-    """Calibrate on this machine and predict: the plan record (what plan.json holds)."""
+def make_plan(cfg: Config, gen_tokens: int | None = None,
+              described: str = "") -> dict[str, Any]:
+    """Calibrate on this machine and predict: the plan record (what plan.json holds).
+    `gen_tokens`: the calibration's cap on new tokens (None: the run's response_length)."""
     from rlvr.plan.calibrate import calibrate
     from rlvr.plan.predict import predict
 

@@ -33,6 +33,7 @@ from rlvr.trainer import training_mini_batches
 
 log = logging.getLogger(__name__)
 GIB = 1024 ** 3
+WARM_UP_TOKENS = 32  # new tokens of the generation that warms the engine up
 
 
 class MemoryWatch:
@@ -67,7 +68,8 @@ def check_plannable(cfg: Config) -> None:
         (f"distributed.launcher={d.launcher}", d.launcher == "ray"),
         (f"{cfg.world_size} learner ranks", cfg.world_size > 1),
         (f"rollout.vllm_num_engines={r.vllm_num_engines}", r.vllm_num_engines > 0),
-        ("rollout.server_addresses", bool(r.server_addresses)),
+        ("rollout.engine=remote (inference servers)",
+         r.engine == "remote" or bool(r.server_addresses)),
         ("distributed.data_prep_actor", d.data_prep_actor)] if yes]
     if where:
         raise ConfigError("rlvr plan calibrates runs whose learner and engine share one "
@@ -75,10 +77,10 @@ def check_plannable(cfg: Config) -> None:
                           f"{', '.join(where)}")
 
 
-def calibrate(cfg: Config, gen_tokens: int) -> Calibration:
+def calibrate(cfg: Config, gen_tokens: int | None = None) -> Calibration:
     """Build the run's pieces and measure them (see the module docstring). `gen_tokens`: the
-    cap on new tokens of the calibration's generation (the run's response_length or more:
-    whole completions, their lengths and rewards as the run will see them)."""
+    cap on new tokens of the calibration's generation; None (or the run's response_length or
+    more): whole completions, their lengths and rewards as the run will see them."""
     check_plannable(cfg)
     start = time.perf_counter()
     prepare_process(cfg)
@@ -128,11 +130,12 @@ def _bytes(params) -> float:
 
 
 def calibrate_rollout(cfg: Config, prompts, engine, scorer, tokenizer,
-                      gen_tokens: int) -> RolloutCalibration:
+                      gen_tokens: int | None) -> RolloutCalibration:
     """The step's prompts x samples generated (the run's workflow, engine and verifiers, via
-    an `EpisodeSource` as the run builds it) at 1 new token, twice (the first warms up), then
-    at the cap: engine seconds against decode steps, and what the capped call produced."""
-    cap = max(1, min(gen_tokens, cfg.rollout.response_length))
+    an `EpisodeSource` as the run builds it) to warm up (at most `WARM_UP_TOKENS` new tokens:
+    the engine's first calls compile), at 1 new token, then at the cap: engine
+    seconds against decode steps, and what the last call produced."""
+    cap = max(1, min(gen_tokens or cfg.rollout.response_length, cfg.rollout.response_length))
     settings = source_settings(cfg)
 
     def produce(max_tokens: int, step: int):
@@ -147,7 +150,9 @@ def calibrate_rollout(cfg: Config, prompts, engine, scorer, tokenizer,
         steps = max((len(s.completion.token_ids_T) for s in samples), default=0)
         return episodes.groups, samples, metrics["time/generation"] - scoring, scoring, steps
 
-    produce(1, 1)  # warm-up: the engine's first call compiles and allocates
+    # Warm-up: the engine's first calls compile and allocate for the batch's shapes; a few
+    # dozen decode steps meet them, a whole long completion is not needed.
+    produce(min(cap, WARM_UP_TOKENS), 1)
     _, _, small_s, _, small_steps = produce(1, 2)
     groups, samples, large_s, scoring_s, large_steps = produce(cap, 3)
     generation = (LinearCost.through((small_steps, small_s), (large_steps, large_s))

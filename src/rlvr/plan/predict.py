@@ -1,7 +1,7 @@
 """The prediction's arithmetic: from what the calibration measured (`Calibration`) and the
 config's step shape (`RunShape`) to a step's tokens, seconds and peak memory (`Prediction`).
 Pure functions of numbers; every figure is a mean over steps, except memory, which is the
-peak of a step that keeps every group.
+peak of the largest step the run is likely to see (`likely_most_kept`).
 
 Not here: measuring (`calibrate`). The rows a step packs into come from the run's own packer
 (`rlvr.algorithm.packing`), fed sequences of the predicted lengths.
@@ -37,12 +37,15 @@ def decode_steps(rollout: RolloutCalibration, response_length: int) -> int:
     return max(rollout.finished_lengths, default=0)
 
 
-def kept_fraction(shape: RunShape, spread_fraction: float | None) -> float:
+def kept_fraction(shape: RunShape, rollout: RolloutCalibration) -> float:
     """Of a step's groups, those that train: all of them without the zero-spread filter, or
-    when the calibration could not see rewards (None: the upper bound)."""
-    if not shape.filter_zero_std or spread_fraction is None:
+    when the calibration could not see rewards (cut completions: the upper bound). Else the
+    calibration's share of groups with reward spread, with half a group added to each side
+    (a few groups are thin evidence: none of 4 with spread is not "never")."""
+    if not shape.filter_zero_std or rollout.spread_fraction is None:
         return 1.0
-    return spread_fraction
+    groups = max(rollout.num_samples // shape.samples_per_prompt, 1)
+    return (rollout.spread_fraction * groups + 0.5) / (groups + 1)
 
 
 def any_kept_probability(kept: float, groups: int) -> float:
@@ -53,8 +56,8 @@ def any_kept_probability(kept: float, groups: int) -> float:
 
 def packed_rows(prompt_tokens: int, response_lengths: list[int], groups: int, samples: int,
                 shape: RunShape) -> tuple[list[int], int]:
-    """The rows (their token counts) a full step packs into, and the rows' width (the
-    longest), from the run's packer over `groups` x `samples` sequences: prompts of
+    """The rows (their token counts) a step packs into, and the rows' width (the longest),
+    from the run's packer over `groups` x `samples` sequences: prompts of
     `prompt_tokens`, responses of `response_lengths` in turn (cycled)."""
     seqs = []
     for g in range(groups):
@@ -67,6 +70,18 @@ def packed_rows(prompt_tokens: int, response_lengths: list[int], groups: int, sa
     rows = PACKING_STRATEGIES[shape.packing]([u.length for u in units], shape.pack_length)
     row_tokens = [sum(units[u].length for u in row) for row in rows]
     return row_tokens, max(row_tokens, default=0)
+
+
+def likely_most_kept(groups: int, kept: float, steps: int) -> int:
+    """The most groups one of `steps` steps is likely to keep, each of `groups` groups kept
+    with chance `kept`: the median of the largest of `steps` binomial draws, the smallest k
+    with P(a step keeps at most k)^steps >= 1/2. The peak memory is that step's."""
+    at_most = 0.0
+    for k in range(groups + 1):
+        at_most += math.comb(groups, k) * kept ** k * (1.0 - kept) ** (groups - k)
+        if at_most ** max(steps, 1) >= 0.5:
+            return k
+    return groups
 
 
 def largest_micro_batch(row_tokens: list[int], width: int, shape: RunShape) -> int:
@@ -110,7 +125,7 @@ def predict(calibration: Calibration, shape: RunShape) -> Prediction:
     samples = shape.prompts_per_step * shape.samples_per_prompt
     prompt = round(r.prompt_tokens_mean)
     response = response_tokens_mean(r, shape.response_length)
-    kept = kept_fraction(shape, r.spread_fraction)
+    kept = kept_fraction(shape, r)
     p_update = any_kept_probability(kept, shape.prompts_per_step)
     lengths = list(r.response_lengths) or [round(response)]
     row_tokens, width = packed_rows(prompt, lengths, shape.prompts_per_step,
@@ -124,7 +139,10 @@ def predict(calibration: Calibration, shape: RunShape) -> Prediction:
         step = max(generation + scoring, learner + sync)
     else:
         step = generation + scoring + learner + sync
-    memory = memory_bytes(calibration, largest_micro_batch(row_tokens, width, shape))
+    # Memory: the largest step the run is likely to see, packed as the learner packs it.
+    most = likely_most_kept(shape.prompts_per_step, kept, shape.num_steps)
+    peak_rows, peak_width = packed_rows(prompt, lengths, most, shape.samples_per_prompt, shape)
+    memory = memory_bytes(calibration, largest_micro_batch(peak_rows, peak_width, shape))
     return Prediction(
         tokens={"prompt": prompt * samples, "response": response * samples,
                 "learner": kept * sum(row_tokens), "rows": rows, "row_width": float(width),
@@ -144,12 +162,12 @@ def assumptions(rollout: RolloutCalibration, shape: RunShape, kept: float) -> li
         out.append(f"{rollout.num_truncated} of {seen} calibration completions were cut at "
                    f"{rollout.max_tokens} tokens and are "
                    f"taken to run to response_length={shape.response_length} (an upper bound; "
-                   "--gen-tokens to see whole ones)")
+                   "without --gen-tokens the calibration sees whole ones)")
     if shape.filter_zero_std and rollout.spread_fraction is None:
         out.append("every group is taken to train (rewards of cut completions are unknown; the "
                    "zero-spread filter may drop some)")
     elif shape.filter_zero_std:
-        out.append(f"{kept:.0%} of groups train, as in the calibration's rewards (the policy's "
+        out.append(f"{kept:.0%} of groups train, from the calibration's rewards (the policy's "
                    "pass rate moves during training)")
     out.append("time excludes eval, checkpoints and the exploit canary")
     return out

@@ -147,3 +147,17 @@ def plan_record(calibration: Calibration, shape: RunShape, prediction: Predictio
 
 def dumps(record: dict[str, Any]) -> str:
     return json.dumps(record, indent=2, sort_keys=False) + "\n"
+
+
+def calibration_from_json(d: dict[str, Any]) -> Calibration:
+    """A `Calibration` back from its JSON form (plan.json's "calibration"): to predict again
+    from what was measured, with other arithmetic or another shape."""
+    r, lc, m = d["rollout"], d["learner"], d["memory"]
+    rollout = RolloutCalibration(**{
+        **r, "generation_s": LinearCost(**r["generation_s"]),
+        "finished_lengths": tuple(r["finished_lengths"]),
+        "response_lengths": tuple(r.get("response_lengths", ()))})
+    learner = LearnerCalibration(**{**lc, "update_s": LinearCost(**lc["update_s"]),
+                                    "activation_bytes": LinearCost(**lc["activation_bytes"])})
+    return Calibration(**{**d, "rollout": rollout, "learner": learner,
+                          "memory": MemoryCalibration(**m)})

@@ -20,9 +20,10 @@ MEMORY = (("policy_params", "policy parameters"), ("reference_params", "referenc
           ("engine_weights", "engine weights"), ("kv_cache", "engine KV cache"),
           ("runtime", "before the model: libraries, data"), ("peak", "peak"),
           ("device_total", "device total"))
+MEANS = ("rows", "kept_groups")
 TOKENS = (("prompt", "prompt tokens"), ("response", "response tokens"),
-          ("learner", "learner tokens (packed)"), ("rows", "packed rows"),
-          ("row_width", "row width"), ("kept_groups", "groups trained"))
+          ("learner", "learner tokens (packed)"), ("rows", "packed rows (mean)"),
+          ("row_width", "row width"), ("kept_groups", "groups trained (mean)"))
 
 
 def render_plan(record: dict[str, Any]) -> str:
@@ -32,7 +33,9 @@ def render_plan(record: dict[str, Any]) -> str:
              f"(build {c['build_s']:.1f} s)", "",
              f"a step ({s['prompts_per_step']} prompts x {s['samples_per_prompt']} samples, "
              f"{s['num_steps']} steps):"]
-    lines += _rows([(label, f"{p['tokens'][key]:,.0f}") for key, label in TOKENS])
+    # Rows and groups are means over steps (a step may keep no group): one decimal.
+    lines += _rows([(label, f"{p['tokens'][key]:,.{1 if key in MEANS else 0}f}")
+                    for key, label in TOKENS])
     lines += ["", "time a step (mean):"]
     lines += _rows([(label, _duration(p["seconds"][key])) for key, label in SECONDS])
     lines += ["", f"memory ({c['learner']['memory_source']}):"]

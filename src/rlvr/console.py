@@ -42,7 +42,10 @@ THIRD_PARTY_MODULES = r"(vllm|torch|transformers|ray|datasets|peft|triton)(\.|$)
 # Read by the libraries at import (the C++ side of torch and vLLM logs before Python can filter).
 # (vLLM's own level is set with its other variables: rlvr.rollout.vllm_engine.)
 QUIET_ENV = {"TORCH_CPP_LOG_LEVEL": "ERROR", "TOKENIZERS_PARALLELISM": "false", "TRANSFORMERS_VERBOSITY": "error",
-             "HF_HUB_DISABLE_PROGRESS_BARS": "1", "RAY_DEDUP_LOGS": "1"}
+             "HF_HUB_DISABLE_PROGRESS_BARS": "1", "RAY_DEDUP_LOGS": "1",
+             # tqdm reads it at import: transformers' GGUF conversion bar (rlvr prepare) and
+             # any other library's bars; rlvr announces those phases itself.
+             "TQDM_DISABLE": "1"}
 
 
 def debug_requested() -> bool:

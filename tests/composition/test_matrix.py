@@ -15,6 +15,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -66,7 +67,7 @@ def test_a_refused_pair_exits_2_naming_its_reason(pair, tmp_path, capsys):
     assert not out.exists()  # refused before anything was written
 
 
-def _base(out: Path, row: dict[str, str]) -> list[str]:
+def _base(out: Path, row: dict[str, str], port: int) -> list[str]:
     episodes = STEPS * 16  # configs/tiny.yaml: 4 prompts x 4 samples a step
     base = [f"experiment.output_dir={out}", f"experiment.total_episodes={episodes}",
             "eval.local_eval_every=2", "eval.eval_at_start=true", "eval.max_prompts=4",
@@ -75,12 +76,29 @@ def _base(out: Path, row: dict[str, str]) -> list[str]:
             # every group has a spread of rewards, so every step updates (active sampling too)
             REMAP, "health.enabled=false"]
     if row["engine"] == "remote":
-        base += [f"rollout.server_port={free_port()}", "rollout.server_startup_timeout_s=600"]
+        # one port for a row's runs: a resumed run is the same config as the killed one
+        base += [f"rollout.server_port={port}", "rollout.server_startup_timeout_s=600"]
     return base
 
 
-def _cmd(out: Path, row: dict[str, str]) -> list[str]:
-    return [sys.executable, "-m", "rlvr.cli", "train", TINY, *overrides_of(row), *_base(out, row)]
+def _cmd(out: Path, row: dict[str, str], port: int = 0) -> list[str]:
+    return [sys.executable, "-m", "rlvr.cli", "train", TINY, *overrides_of(row),
+            *_base(out, row, port)]
+
+
+def _cancel_slurm_jobs() -> None:
+    """SIGKILL of `rlvr train` leaves its Slurm job running (a preempted job is cancelled by
+    Slurm, not by its submitter): cancel the job as Slurm would, and wait until it is gone."""
+    jobs = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True,
+                          timeout=60).stdout.split()
+    if jobs:
+        subprocess.run(["scancel", "--full", "--signal=KILL", *jobs], timeout=60)
+        subprocess.run(["scancel", *jobs], timeout=60)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and subprocess.run(
+            ["squeue", "-h", "-o", "%i"], capture_output=True, text=True,
+            timeout=60).stdout.split():
+        time.sleep(1)
 
 
 def _env() -> dict[str, str]:
@@ -129,8 +147,8 @@ def test_a_row_of_the_matrix_trains_evaluates_and_resumes(row, tmp_path, request
     if row["engine"] != "transformers" or row["launcher"] == "slurm":
         pytest.importorskip("vllm", reason="the vllm extra is not installed",
                             exc_type=ImportError)
-    straight = tmp_path / "straight"
-    _run(_cmd(straight, row), tmp_path / "straight.log")
+    straight, port = tmp_path / "straight", free_port()
+    _run(_cmd(straight, row, port), tmp_path / "straight.log")
     rows = _rows(straight)
     assert [r["training_step"] for r in rows] == list(range(STEPS + 1))
     bad = {k: v for r in rows for k, v in r.items() if v is None or (
@@ -143,8 +161,10 @@ def test_a_row_of_the_matrix_trains_evaluates_and_resumes(row, tmp_path, request
         assert played, sorted(rows[step])
     if row["resume"] == "after_kill":
         killed = tmp_path / "killed"
-        kill_after_step(_cmd(killed, row), killed, 1, _env(), timeout_s=RUN_TIMEOUT_S)
-        _run(_cmd(killed, row), tmp_path / "resumed.log")
+        kill_after_step(_cmd(killed, row, port), killed, 1, _env(), timeout_s=RUN_TIMEOUT_S)
+        if row["launcher"] == "slurm":
+            _cancel_slurm_jobs()
+        _run(_cmd(killed, row, port), tmp_path / "resumed.log")
         resumed = _rows(killed)
         assert [r["training_step"] for r in resumed] == list(range(STEPS + 1))
         untimed = [{k: v for k, v in r.items() if not k.startswith(TIMING)}

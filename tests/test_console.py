@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import logging
+import os
 import re
 import subprocess
 import sys
@@ -49,9 +50,11 @@ def test_lines_are_timestamped_and_configuring_twice_prints_once(logging_state):
 
 def test_third_party_chatter_is_silenced_unless_debug(logging_state, monkeypatch):
     monkeypatch.delenv("RLVR_DEBUG", raising=False)
+    monkeypatch.delenv("TQDM_DISABLE", raising=False)  # restored after the test
     logging.getLogger("vllm").setLevel(logging.NOTSET)
     quiet_third_party()
     assert logging.getLogger("vllm").getEffectiveLevel() == logging.WARNING
+    assert os.environ["TQDM_DISABLE"] == "1"  # transformers' GGUF conversion bar, tqdm's own
     assert logging.getLogger("torch._library").getEffectiveLevel() == logging.ERROR
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("default")
@@ -86,8 +89,6 @@ def test_a_phase_is_announced_then_timed(caplog):
 
 
 def _console(*args: str, env: dict | None = None) -> list[str]:
-    import os
-
     done = subprocess.run([sys.executable, "-m", "rlvr.cli", *args], capture_output=True,
                           text=True, timeout=600, env={**os.environ, **(env or {})})
     assert done.returncode == 0, done.stderr[-3000:]

@@ -124,3 +124,15 @@ def test_rlvr_eval_announces_its_work(tmp_path, caplog):
     assert "eval of tiny-llama: 4 prompts ..." in text, text
     assert re.search(r"eval of tiny-llama: \d+ prompts: eval/scores=[\d.]+ \(\d+\.\d s\)", text)
     assert "engine: TransformersEngine" in text
+
+
+def test_the_handler_follows_a_swapped_stderr(logging_state, monkeypatch):
+    """A handler bound to the stderr of its configuration wrote to a closed stream once a
+    caller (pytest's capsys, a notebook) swapped it."""
+    first, second = io.StringIO(), io.StringIO()
+    monkeypatch.setattr(sys, "stderr", first)
+    configure_logging("info")
+    first.close()
+    monkeypatch.setattr(sys, "stderr", second)
+    logging.getLogger("rlvr.x").info("after the swap")
+    assert second.getvalue().endswith("INFO rlvr.x: after the swap\n")

@@ -74,12 +74,29 @@ def configure_logging(level: int | str | None = None, stream=None) -> None:
     for handler in list(root.handlers):
         if getattr(handler, "_rlvr", False):
             root.removeHandler(handler)
-    handler = logging.StreamHandler(stream or sys.stderr)
+    handler = logging.StreamHandler(stream) if stream is not None else _StderrHandler()
     handler.setFormatter(logging.Formatter(LINE_FORMAT, TIME_FORMAT))
     handler._rlvr = True  # type: ignore[attr-defined]
     root.addHandler(handler)
     root.setLevel(level)
     quiet_third_party()
+
+
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever `sys.stderr` is when a line is emitted, not the object it was when
+    logging was configured: a caller that swaps stderr (a test capturing it, a notebook)
+    would otherwise leave the handler writing to a closed stream."""
+
+    def __init__(self) -> None:
+        super().__init__()
+
+    @property
+    def stream(self):  # type: ignore[override]
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:  # StreamHandler.__init__ assigns it
+        pass
 
 
 def quiet_third_party() -> None:

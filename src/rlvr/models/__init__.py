@@ -51,9 +51,9 @@ def _resolve(name_or_path: str) -> str:
         suffix = f".v{revision}" if revision > 1 else ""
         target = cache_root() / "models" / f"{name_or_path}{suffix}"
         if not (target / "config.json").exists():  # the first use: up to a minute
-            with phase(f"model {name_or_path}: converting into {target}") as done:
+            with phase(f"converting built-in model {name_or_path}") as done:
                 _write_atomically(target, BUILTIN_MODELS[name_or_path])
-                done["detail"] = "written"
+                done["detail"] = f"written to {target}"
         return str(target)
     if Path(name_or_path).exists():
         return name_or_path

@@ -112,9 +112,15 @@ class EpisodeRunner:
                 errors += 1
                 if first_error is None:
                     first_error = result
-                    log.warning("a %s episode failed (prompt %s); its group is left out",
-                                getattr(self.workflow, "__name__", "workflow"), prompt.id,
-                                exc_info=result)
+                    # One line on the console; the traceback at debug level (--log-level
+                    # debug): a step's failing episodes fail alike, and a run that stops on
+                    # them says why in one line of its own.
+                    name = getattr(self.workflow, "__name__", "workflow")
+                    log.warning("a %s episode failed (prompt %s): %s: %s; its group is left "
+                                "out (--log-level debug shows the traceback)", name, prompt.id,
+                                type(result).__name__, str(result)[:500])
+                    log.debug("the %s episode of prompt %s failed", name, prompt.id,
+                              exc_info=result)
                 continue
             groups.append([Sample(prompt=prompt, completion=t.completion, reward=t.reward)
                            for t in result])

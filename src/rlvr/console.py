@@ -56,10 +56,16 @@ def requested_level(default: str = "info") -> int:
     """`RLVR_DEBUG=1` wins; else `RLVR_LOG_LEVEL`; else `default`."""
     if debug_requested():
         return logging.DEBUG
-    name = os.environ.get(LEVEL_ENV, default).strip().upper()
-    level = logging.getLevelName(name)
+    return level_named(os.environ.get(LEVEL_ENV, default), LEVEL_ENV)
+
+
+def level_named(name: str, where: str) -> int:
+    """The logging level `name` (debug, info, warning, error; any case) names; ValueError
+    naming `where` it came from otherwise."""
+    level = logging.getLevelName(name.strip().upper())
     if not isinstance(level, int):
-        raise ValueError(f"{LEVEL_ENV}={name.lower()!r}: expected debug, info, warning or error")
+        raise ValueError(f"{where}={name.strip().lower()!r}: expected debug, info, warning or "
+                         "error")
     return level
 
 
@@ -68,7 +74,7 @@ def configure_logging(level: int | str | None = None, stream=None) -> None:
     and the libraries quietened (`quiet_third_party`). Replaces the handler it installed before,
     so calling it twice does not print lines twice."""
     if isinstance(level, str):
-        level = logging.getLevelName(level.upper())
+        level = level_named(level, "--log-level")
     level = requested_level() if level is None else level
     root = logging.getLogger()
     for handler in list(root.handlers):
@@ -86,9 +92,6 @@ class _StderrHandler(logging.StreamHandler):
     """Writes to whatever `sys.stderr` is when a line is emitted, not the object it was when
     logging was configured: a caller that swaps stderr (a test capturing it, a notebook)
     would otherwise leave the handler writing to a closed stream."""
-
-    def __init__(self) -> None:
-        super().__init__()
 
     @property
     def stream(self):  # type: ignore[override]

@@ -92,7 +92,6 @@ def engine_settings(cfg: Config, device: str, bf16: bool) -> EngineSettings:
 
 def source_settings(cfg: Config) -> SourceSettings:
     r, a = cfg.rollout, cfg.algorithm
-    path = episode_path(cfg)  # evaluation plays the same
     return SourceSettings(
         prompts_per_step=r.num_unique_prompts_rollout,
         sampling=SamplingParams(n=r.num_samples_per_prompt_rollout, temperature=r.temperature,
@@ -101,10 +100,8 @@ def source_settings(cfg: Config) -> SourceSettings:
         shaping=reward_shaping(cfg),
         active=ActiveSampling(a.active_sampling, a.active_sampling_max_rounds),
         retire_pass_rate=a.no_resampling_pass_rate,
-        workflow=path.workflow, workflow_settings=path.settings,
-        episode_timeout_s=path.episode_timeout_s,
         tokenizer_dir=resolve_model_dir(cfg.model.name_or_path),
-        chat_template=path.chat_template)
+        episodes=episode_path(cfg))  # evaluation plays the same
 
 
 def sampling_stop_strings(cfg: Config) -> tuple[str, ...]:

@@ -20,14 +20,16 @@ CONSOLE_KEYS = ["objective/verifiable_reward", "eval/scores", "loss/policy_avg",
                 "val/sequence_lengths", "time/step"]
 
 
-def _finite(value) -> bool:
+def is_finite_number(value) -> bool:
+    """A real number the sinks write as it is (a NaN, an infinity or a non-number they do not:
+    `rlvr.metrics.sinks`)."""
     return isinstance(value, (int, float)) and math.isfinite(value)
 
 
 def step_figures(metrics: dict[str, float], keys: list[str]) -> str:
     """`name=value` for each of `keys` the step has (finite), three significant digits."""
     return " ".join(f"{key}={metrics[key]:.3g}" for key in keys
-                    if key in metrics and _finite(metrics[key]))
+                    if key in metrics and is_finite_number(metrics[key]))
 
 
 class ConsoleSink:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import time
 from contextlib import contextmanager
@@ -17,7 +16,7 @@ from typing import Iterator, Protocol
 
 from rlvr.checkpoint.atomic import write_text_atomic
 from rlvr.config import Config
-from rlvr.metrics.console import CONSOLE_KEYS, ConsoleSink
+from rlvr.metrics.console import CONSOLE_KEYS, ConsoleSink, is_finite_number
 from rlvr.metrics.distributions import DistributionSummary, distributions_path
 
 
@@ -36,7 +35,7 @@ class DistributionSink(Protocol):
 
 
 def _finite_or_none(value: float) -> float | None:
-    return value if isinstance(value, (int, float)) and math.isfinite(value) else None
+    return value if is_finite_number(value) else None
 
 
 class JsonlSink:
@@ -196,7 +195,6 @@ class StepTimer:
 
     def as_metrics(self) -> dict[str, float]:
         return {f"time/{k}": v for k, v in self.seconds.items()}
-
 
 
 def build_sinks(cfg: Config, output_dir: Path, config_dict: dict) -> list[MetricSink]:

@@ -25,7 +25,6 @@ from rlvr.rollout.base import RolloutEngine
 from rlvr.rollout.seeds import derive_seed
 from rlvr.producer.prompt_selection import ActiveSampling, collect_episodes, solved_prompt_ids
 from rlvr.types import Prompt, SamplingParams
-from rlvr.workflows import WorkflowSettings
 from rlvr.workflows.runner import EpisodePath
 
 
@@ -36,17 +35,10 @@ class SourceSettings:
     shaping: RewardShaping
     active: ActiveSampling
     retire_pass_rate: float | None = None  # retire prompts solved this often (None: never)
-    workflow: str = "single_turn"  # a registered workflow or 'package.module:function'
-    workflow_settings: WorkflowSettings = field(default_factory=WorkflowSettings)
-    episode_timeout_s: float = 600.0
     tokenizer_dir: str = ""  # where a process without the tokenizer (an actor) loads it
-    chat_template: str = "tokenizer"  # data.chat_template: the text between turns follows it
-
-    @property
-    def episode_path(self) -> EpisodePath:
-        """How an episode is played: evaluation plays the same (`rlvr.settings.episode_path`)."""
-        return EpisodePath(self.workflow, self.workflow_settings, self.episode_timeout_s,
-                           self.chat_template)
+    # How an episode is played (the workflow, its settings, timeout and chat template):
+    # evaluation plays the same (`rlvr.settings.episode_path`).
+    episodes: EpisodePath = field(default_factory=EpisodePath)
 
     def params_for(self, step: int) -> SamplingParams:
         # A seed per step makes a run reproducible and a resumed run continue the same stream.
@@ -63,7 +55,7 @@ class EpisodeSource:
         self._lock = threading.Lock()  # the trainer reads the mixer's state for checkpoints
         if tokenizer is None and settings.tokenizer_dir:  # in an actor: load its own
             tokenizer = load_tokenizer(settings.tokenizer_dir)
-        self.runner = settings.episode_path.runner(engine, scorer, tokenizer)
+        self.runner = settings.episodes.runner(engine, scorer, tokenizer)
 
     def produce(self, step: int) -> tuple[Episodes, dict[str, float]]:
         """Generate and score step `step`'s groups (the engine's current weights)."""

@@ -8,7 +8,7 @@ starts OpenMP work a team of workers that lives as long as the thread; with more
 cores it stops letting idle workers spin, and every small parallel op then waits for a worker
 to wake. A second thread that decodes keeps a second team alive.
 
-One process, the run's own engine and learner (`rlvr.build.build_run` on the config: vLLM in
+One process, the run's own engine and learner (`rlvr.run.build.build_run` on the config: vLLM in
 process where installed, bf16 where native), the quick-start batch shape: the run's first 8
 prompts x 8 samples x up to 32 tokens to generate; a learner update of a quick-start-shaped batch
 (`benchmarks/learners.py`'s `build_batch`, as `compile.py` builds it). Each round runs both
@@ -52,7 +52,7 @@ def main() -> None:
     import torch
 
     from rlvr.algorithm.losses import LossParams, PolicyLoss
-    from rlvr.build import build_run
+    from rlvr.run.build import build_run
     from rlvr.config import load_config
     from rlvr.types import SamplingParams
 

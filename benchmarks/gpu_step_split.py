@@ -22,7 +22,7 @@ def main() -> None:
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_intermixed_args()
     from rlvr.config import load_config
-    from rlvr.trainer import train
+    from rlvr.run.loop import train
 
     with tempfile.TemporaryDirectory() as out:
         probe = load_config(args.config, args.overrides)

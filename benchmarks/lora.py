@@ -3,7 +3,7 @@
 Each setting runs in a fresh Python process, so its peak resident memory (`getrusage` max RSS:
 what the OS had to give the process, weights, gradients, Adam state and activations included,
 which tracemalloc cannot see) is its own. The learner is built as training builds it
-(`rlvr.build.build_learner` from the quick start's config, SmolLM2-135M-Instruct by default),
+(`rlvr.run.build.build_learner` from the quick start's config, SmolLM2-135M-Instruct by default),
 and updated on one fixed packed batch of the quick start's shape (8 prompts x 8 samples of
 addition, responses of 8-32 random tokens, 2 micro-batches). The first update is a warm-up and
 is not timed. With `--beta` > 0 the KL term runs: a full run then holds a second, frozen copy
@@ -49,7 +49,7 @@ def measure(args: argparse.Namespace) -> dict:
     from learners import build_batch  # benchmarks/ is on sys.path when run as a script
 
     from rlvr.algorithm.losses import LossParams, PolicyLoss
-    from rlvr.build import build_learner, plan_devices
+    from rlvr.run.build import build_learner, plan_devices
     from rlvr.config import load_config
     from rlvr.learner.lora import parameter_counts
     from rlvr.models import load_causal_lm, load_tokenizer, resolve_model_dir

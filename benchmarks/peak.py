@@ -3,7 +3,7 @@
     python benchmarks/peak.py [--steps 3] [--config configs/quickstart.yaml] [key=value ...]
 
 1. The peak: square matmuls (1024 to 4096) in fp32 and bf16, on 1 and 2 threads, best rate.
-2. One quick-start step profiled: `rlvr.build.build_run` on the config, steps 1..N-1 as warm-up,
+2. One quick-start step profiled: `rlvr.run.build.build_run` on the config, steps 1..N-1 as warm-up,
    step N under torch.profiler, reported as generation, scoring, batching (advantages,
    filtering, packing), the learner's forward, loss, backward and optimizer (its
    `record_function` spans), weight sync, and the rest.
@@ -46,9 +46,9 @@ def profile_step(config: str, steps: int, overrides: list[str]
                  ) -> tuple[dict[str, float], dict[str, float], object]:
     from torch.profiler import ProfilerActivity, profile
 
-    from rlvr.build import build_run
+    from rlvr.run.build import build_run
     from rlvr.config import load_config
-    from rlvr.trainer import one_training_step
+    from rlvr.run.loop import one_training_step
 
     cfg = load_config(config, ["experiment.output_dir=runs/bench_peak",
                                f"experiment.total_episodes={64 * steps}",

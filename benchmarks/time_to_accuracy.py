@@ -59,10 +59,10 @@ def quickstart_overrides(seed: int, out: Path, max_steps: int, extra: list[str] 
 # ---- children: one framework's training, or the evaluation --------------------------------
 
 def train_rlvr(args) -> None:
-    from rlvr.build import build_run
+    from rlvr.run.build import build_run
     from rlvr.checkpoint.models import save_model_checkpoint
     from rlvr.config import load_config
-    from rlvr.trainer import one_training_step
+    from rlvr.run.loop import one_training_step
 
     out = Path(args.out)
     cfg = load_config(args.config, quickstart_overrides(args.seed, out, args.max_steps))
@@ -87,7 +87,7 @@ def train_trl(args) -> None:
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from rlvr.build import build_data
+    from rlvr.run.build import build_data
     from rlvr.config import load_config
     from rlvr.device import cpu_has_native_bf16, keep_freed_host_memory
     from rlvr.models import load_causal_lm, load_tokenizer, resolve_model_dir
@@ -150,12 +150,12 @@ def evaluate(args) -> None:
     weights swapped in place between checkpoints; written next to each clock file."""
     from safetensors.torch import load_file
 
-    from rlvr.build import build_data
+    from rlvr.run.build import build_data
     from rlvr.config import load_config
     from rlvr.producer.evaluation import Evaluator
     from rlvr.rewards.scorer import RewardScorer
     from rlvr.rollout import create_engine
-    from rlvr.settings import engine_settings, eval_settings, scorer_settings
+    from rlvr.run.settings import engine_settings, eval_settings, scorer_settings
 
     engine_name = "transformers" if args.config == SMOKE_CONFIG else "vllm"
     cfg = load_config(args.config, quickstart_overrides(args.seed, Path(args.out), 1,

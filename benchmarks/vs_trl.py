@@ -28,8 +28,8 @@ import time
 
 def run_rlvr(args: argparse.Namespace) -> list[float]:
     from rlvr.config import load_config
-    from rlvr.build import build_run
-    from rlvr.trainer import one_training_step
+    from rlvr.run.build import build_run
+    from rlvr.run.loop import one_training_step
 
     steps = args.steps + 1
     cfg = load_config(None, [

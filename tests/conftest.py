@@ -88,7 +88,7 @@ def _fp32_unless_asked(monkeypatch):
     import rlvr.device
 
     monkeypatch.setattr(rlvr.device, "cpu_has_native_bf16", lambda: False)
-    monkeypatch.setattr("rlvr.build.cpu_has_native_bf16", lambda: False, raising=False)
+    monkeypatch.setattr("rlvr.run.build.cpu_has_native_bf16", lambda: False, raising=False)
 
 
 # A real one-node Slurm cluster, for the Slurm launcher's tests and the composition matrix:

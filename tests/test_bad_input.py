@@ -255,9 +255,9 @@ def test_a_slurm_run_with_bad_data_writes_no_job_files(tmp_path, TINY):
 @pytest.fixture
 def no_model_loads(monkeypatch):
     """Loading the policy fails the test: these cases must stop before it."""
-    import rlvr.build
+    import rlvr.run.build
 
-    monkeypatch.setattr(rlvr.build, "load_causal_lm",
+    monkeypatch.setattr(rlvr.run.build, "load_causal_lm",
                         lambda *a, **k: pytest.fail("the model loaded before the check"))
 
 
@@ -327,9 +327,9 @@ def test_an_eval_answer_past_the_models_positions_stops_train_and_eval(
                     f"experiment.output_dir={tmp_path / 'run'}"],
            "data.max_prompt_length=128 + eval.response_length=100000 = 100128 tokens",
            "the model's 2048 positions (max_position_embeddings")
-    import rlvr.offline_eval
+    import rlvr.run.offline_eval
 
-    monkeypatch.setattr(rlvr.offline_eval, "create_engine",
+    monkeypatch.setattr(rlvr.run.offline_eval, "create_engine",
                         lambda *a, **k: pytest.fail("the engine started before the check"))
     _fails(capsys, ["eval", "tiny-llama", TINY, "eval.response_length=100000"],
            "eval.response_length=100000")
@@ -337,7 +337,7 @@ def test_an_eval_answer_past_the_models_positions_stops_train_and_eval(
 
 def test_rlvr_eval_checks_the_eval_answers_not_the_training_episodes(
         tmp_path, TINY, tiny_model_dir, monkeypatch):
-    from rlvr.build import build_data
+    from rlvr.run.build import build_data
     from rlvr.config import ConfigError, load_config
 
     model = _short_model(tmp_path, tiny_model_dir, 128)

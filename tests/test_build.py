@@ -2,7 +2,7 @@
 
 import pytest
 
-from rlvr.input_checks import check_registered_names
+from rlvr.run.input_checks import check_registered_names
 from rlvr.cli import main
 from rlvr.config import ConfigError, load_config
 

@@ -1,4 +1,4 @@
-"""The start checks that read the filesystem but no weights (`rlvr.input_checks`): whether a
+"""The start checks that read the filesystem but no weights (`rlvr.run.input_checks`): whether a
 run's directories can be made, and how many positions a model places, from its config.json."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import os
 import pytest
 
 from rlvr.config import ConfigError, load_config
-from rlvr.input_checks import (check_position_limit, check_run_paths, directory_problem,
+from rlvr.run.input_checks import (check_position_limit, check_run_paths, directory_problem,
                                model_position_limit)
 
 

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from rlvr.input_checks import check_code_sandbox
+from rlvr.run.input_checks import check_code_sandbox
 from rlvr.config import ConfigError, load_config
 from rlvr.rewards import sandbox
 from rlvr.rewards.sandbox import ALLOW_WEAK_ENV, runner
@@ -36,7 +36,7 @@ def test_refused_namespaces_stop_a_code_run_at_start(refused):
 
 def test_the_weak_mode_is_allowed_by_the_switch_and_said(refused, caplog, monkeypatch):
     cfg = load_config("configs/tiny.yaml", ["rewards.allow_weak_sandbox=true"])
-    with caplog.at_level(logging.WARNING, logger="rlvr.build"):
+    with caplog.at_level(logging.WARNING, logger="rlvr.run.build"):
         check_code_sandbox(cfg, data_naming("gsm8k", "code"))
     assert "in-process guards only" in caplog.text
     assert os.environ[ALLOW_WEAK_ENV] == "1"  # the scorer's workers inherit it

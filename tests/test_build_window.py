@@ -3,7 +3,7 @@ workflow the longest sequence is the prompt and every turn of the episode, not o
 
 import pytest
 
-import rlvr.build as build
+import rlvr.run.build as build
 from rlvr.config import ConfigError, load_config
 
 

@@ -44,7 +44,7 @@ def test_lines_are_timestamped_and_configuring_twice_prints_once(logging_state):
     out = io.StringIO()
     configure_logging("info", stream=out)
     configure_logging("info", stream=out)
-    logging.getLogger("rlvr.build").info("compute: cpu")
+    logging.getLogger("rlvr.run.build").info("compute: cpu")
     assert re.fullmatch(r"\d\d:\d\d:\d\d INFO rlvr\.build: compute: cpu\n", out.getvalue())
 
 

@@ -14,7 +14,7 @@ import torch
 
 import rlvr.device
 from rlvr.algorithm.losses import LossParams, compute_policy_loss
-from rlvr.build import plan_devices
+from rlvr.run.build import plan_devices
 from rlvr.config import load_config
 from rlvr.device import (DeviceUnavailable, cluster_device_type, collective_backend,
                          memory_metrics, resolve_device)
@@ -102,7 +102,7 @@ def test_the_engine_samples_in_the_dtype_the_run_computes_in(monkeypatch):
     AVX512-BF16, a GPU), fp32 where bf16 would be emulated; the engine actors, servers and the
     engine in process all take it from the same plan."""
     from rlvr.launch.servers import server_settings
-    from rlvr.settings import engine_settings
+    from rlvr.run.settings import engine_settings
 
     cfg = load_config(os.path.join(ROOT, "configs", "tiny.yaml"), ["model.device=cpu"])
     assert cfg.rollout.dtype == "auto"

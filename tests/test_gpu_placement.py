@@ -59,7 +59,7 @@ def test_ranks_sharing_a_gpu_are_named():
                                               ("cuda", ("varlen", False))])
 def test_the_plan_gives_each_device_its_attention_and_packing(monkeypatch, one_gpu, device,
                                                                expected):
-    from rlvr.build import driver_layout, plan_devices
+    from rlvr.run.build import driver_layout, plan_devices
 
     cfg = load_config(None, [f"model.device={device}"])
     plan = plan_devices(cfg, None)
@@ -70,7 +70,7 @@ def test_the_plan_gives_each_device_its_attention_and_packing(monkeypatch, one_g
 
 
 def test_share_prompts_true_picks_an_attention_that_can(one_gpu):
-    from rlvr.build import plan_devices
+    from rlvr.run.build import plan_devices
 
     plan = plan_devices(load_config(None, ["model.device=cuda",
                                            "algorithm.share_prompts=true"]), None)
@@ -102,7 +102,7 @@ def test_a_run_with_varlen_attention_packs_whole_sequences_and_trains(tmp_path, 
     import os
 
     import rlvr.producer.training_batch as training_batch
-    from rlvr.trainer import train
+    from rlvr.run.loop import train
 
     layouts = []
     pack = training_batch.pack_sequences
@@ -127,7 +127,7 @@ def test_a_run_with_varlen_attention_packs_whole_sequences_and_trains(tmp_path, 
 def test_more_local_ranks_than_gpus_fail_at_start_with_the_counts(one_gpu):
     """The local launcher with two learner ranks on a machine of one GPU: refused when the run
     is planned, before any rank starts (NCCL: "Duplicate GPU detected", after the load)."""
-    from rlvr.build import plan_devices
+    from rlvr.run.build import plan_devices
     from rlvr.config import ConfigError
 
     cfg = load_config(None, ["model.device=cuda", "distributed.num_learners_per_node=[2]"])

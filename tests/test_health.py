@@ -1,4 +1,4 @@
-"""The health gates (`rlvr.health`) on metric rows made by hand: each fires on a constructed
+"""The health gates (`rlvr.run.health`) on metric rows made by hand: each fires on a constructed
 run showing its failure, names its signal, value, bound and causes, and stays silent on a
 healthy run and at its bound. The wired gates on real runs: tests/test_health_runs.py."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from rlvr.config.schema import HealthConfig
-from rlvr.health import (DIFF, KL, clip_fraction, entropy_collapse, length_growth, mismatch,
+from rlvr.run.health import (DIFF, KL, clip_fraction, entropy_collapse, length_growth, mismatch,
                          read_gates, reward_vs_heldout, shaping_carries_reward, verifier_errors)
 
 H = HealthConfig()

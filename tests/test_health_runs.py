@@ -1,4 +1,4 @@
-"""The health gates wired into real runs (`rlvr.stopping.check_health`): an engine whose
+"""The health gates wired into real runs (`rlvr.run.stopping.check_health`): an engine whose
 weights differ from the learner's stops the run with exit 9, its state saved, naming the
 signal and the causes; the tiny config's run crosses no gate. The gates' logic on rows made by
 hand: tests/test_health.py."""
@@ -65,7 +65,7 @@ def test_an_engine_off_the_learners_weights_stops_the_run_with_exit_9(tmp_path, 
 
 
 def test_the_tiny_configs_run_crosses_no_gate(tmp_path, caplog):
-    with caplog.at_level(logging.WARNING, logger="rlvr.stopping"):
+    with caplog.at_level(logging.WARNING, logger="rlvr.run.stopping"):
         code = main(["train", "configs/tiny.yaml", "logging.progress_bar=false",
                      "rewards.num_workers=0", "experiment.total_episodes=64",
                      f"experiment.output_dir={tmp_path / 'run'}"])
@@ -89,7 +89,7 @@ def test_a_reward_that_pays_what_held_out_does_not_warns_at_the_eval(tmp_path, m
                           "def score(completion, ground_truth):\n"
                           "    calls[0] += 1\n"
                           "    return min(0.9, 0.005 * calls[0])\n")
-    with caplog.at_level(logging.WARNING, logger="rlvr.stopping"):
+    with caplog.at_level(logging.WARNING, logger="rlvr.run.stopping"):
         code = main(["train", *TINY, "experiment.total_episodes=64", f"data.train=[{{name: {data}}}]",
                      "rewards.custom_verifiers=[health_rising_pay:score]",
                      "rewards.exploit_canary=false", "data.eval_holdout=4",

@@ -13,7 +13,7 @@ from safetensors.torch import load_file
 from rlvr.cli import main
 from rlvr.config import ConfigError, load_config
 from rlvr.learner import Learner
-from rlvr.trainer import train
+from rlvr.run.loop import train
 from tests.certain_reward import REMAP
 
 # REMAP: rewards that differ within every group, so each step's update moves the adapter away

@@ -8,7 +8,7 @@ import pytest
 from rich.console import Console
 
 from rlvr.cli import main
-from rlvr.offline_eval import print_table
+from rlvr.run.offline_eval import print_table
 
 FAST = ["rewards.num_workers=0", "logging.progress_bar=false"]
 SAMPLED = ["eval.num_samples=2", "eval.temperature=1.0", "eval.pass_at_k=[1,2]"]

@@ -13,7 +13,7 @@ def test_every_exported_name_resolves():
 
 
 def test_importing_rlvr_loads_neither_torch_nor_the_trainer():
-    code = "import sys, rlvr; print(json.dumps(['torch' in sys.modules, 'rlvr.trainer' in sys.modules]))"
+    code = "import sys, rlvr; print(json.dumps(['torch' in sys.modules, 'rlvr.run.loop' in sys.modules]))"
     out = subprocess.run([sys.executable, "-c", "import json; " + code], check=True,
                          capture_output=True, text=True).stdout
     assert json.loads(out) == [False, False]

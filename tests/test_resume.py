@@ -116,7 +116,7 @@ def test_killed_in_the_middle_of_a_state_save_resumes_from_the_previous_state(tm
 
 _SIGTERM_AT_FINAL_WRITE = """
 import signal, sys
-import rlvr.trainer as trainer
+import rlvr.run.loop as trainer
 write = trainer.save_final_model
 def signalled_as_it_starts(*args, **kwargs):
     signal.raise_signal(signal.SIGTERM)  # a time limit or preemption, as the final write starts

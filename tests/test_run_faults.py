@@ -14,8 +14,8 @@ import pytest
 
 from rlvr.cli import main
 from rlvr.config import load_config
-from rlvr.interrupts import EngineLost
-from rlvr.trainer import train
+from rlvr.run.errors import EngineLost
+from rlvr.run.loop import train
 from tests.serving.fake_server import running_servers
 
 RUN = ["model.name_or_path=tiny-llama", "rollout.engine=transformers",
@@ -82,7 +82,7 @@ def servers():
 
 def _remote(tmp_path, servers, steps=5):
     # The fake servers sample random tokens with made-up logprobs, which the mismatch gate
-    # (rlvr.health) rightly stops in two steps: off, so the fault each test injects is the stop.
+    # (rlvr.run.health) rightly stops in two steps: off, so the fault each test injects is the stop.
     addresses = "[" + ",".join(s.address for s in servers) + "]"
     return load_config(None, [
         *RUN, "rollout.engine=remote", f"rollout.server_addresses={addresses}",

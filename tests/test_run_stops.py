@@ -1,5 +1,5 @@
 """A run that stops on purpose loses nothing and never exits 0 having learnt nothing
-(`rlvr.stopping`, docs/faults.md):
+(`rlvr.run.stopping`, docs/faults.md):
 - the engine lost in the middle of a step: the state saved is the step before's, from before
   that step drew its prompts, so the rerun trains what the uninterrupted run trained;
 - a weight sync failing after an update: the step keeps its record and model checkpoint;
@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 
 from rlvr.checkpoint.state import load_latest_state
 from rlvr.cli import main
-from rlvr.interrupts import EngineUnavailable
+from rlvr.run.errors import EngineUnavailable
 from rlvr.rollout import transformers_engine
 from tests.test_run_faults import _verifier_rows
 
@@ -150,7 +150,7 @@ def test_0_never_stops_a_run_without_learning_signal(tmp_path, monkeypatch):
 def test_the_stop_says_why_the_rewards_were_flat(tmp_path, rewards, why):
     from types import SimpleNamespace
 
-    from rlvr.stopping import Streaks, _no_signal_message
+    from rlvr.run.stopping import Streaks, _no_signal_message
 
     run = SimpleNamespace(state_dir=tmp_path / "state")
     message = _no_signal_message(run, 7, Streaks(without_signal=2, rewards_without_signal=rewards),

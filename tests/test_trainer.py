@@ -7,7 +7,7 @@ import torch
 
 from rlvr.cli import main
 from rlvr.config import load_config
-from rlvr.trainer import train
+from rlvr.run.loop import train
 
 REQUIRED = ["loss/policy_avg", "loss/kl_avg", "loss/total_avg", "policy/clipfrac_avg",
             "policy/entropy_avg", "val/ratio", "objective/verifiable_reward",

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from rlvr.config import ConfigError, load_config
-from rlvr.settings import learner_settings
+from rlvr.run.settings import learner_settings
 
 TINY = "configs/tiny.yaml"
 
@@ -33,7 +33,7 @@ def test_the_schedule_counts_every_optimizer_step():
 
 def test_each_mini_batch_loss_has_its_own_denominator():
     from rlvr.algorithm.packing import SequenceToPack, pack_sequences
-    from rlvr.trainer import training_mini_batches
+    from rlvr.run.loop import training_mini_batches
 
     seqs = [SequenceToPack([7], [5] * n, [0.0] * n, advantage=1.0, index=i)
             for i, n in enumerate([2, 2, 3, 3])]
@@ -57,7 +57,7 @@ def test_each_mini_batch_loss_has_its_own_denominator():
 
 @pytest.mark.timeout(300)
 def test_tiny_trains_two_optimizer_steps_per_batch(tmp_path):
-    from rlvr.trainer import train
+    from rlvr.run.loop import train
 
     run = train(load_config(TINY, [
         f"experiment.output_dir={tmp_path}", "algorithm.num_mini_batches=2",

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from rlvr.config import load_config
-from rlvr.interrupts import EngineLost
-from rlvr.trainer import train
+from rlvr.run.errors import EngineLost
+from rlvr.run.loop import train
 from tests.serving.fake_server import running_servers
 
 
@@ -58,7 +58,7 @@ def test_servers_lost_during_an_eval_keep_that_steps_record_and_state(tmp_path, 
     saved is that step's, at the version the servers had, and its metrics are logged."""
     import json
 
-    import rlvr.trainer as trainer
+    import rlvr.run.loop as trainer
     from rlvr.rollout.base import EngineUnavailable
 
     def eval_that_loses_the_servers(run, step):

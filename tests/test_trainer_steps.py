@@ -14,7 +14,7 @@ import time
 import pytest
 
 from rlvr.config import load_config
-from rlvr.trainer import train
+from rlvr.run.loop import train
 from tests.certain_reward import NO_REWARD, REMAP
 
 TINY = "configs/tiny.yaml"
@@ -133,8 +133,8 @@ def test_a_colocated_engine_sleeps_through_the_update_and_wakes_before_the_sync(
     """rollout.colocate on one device: the engine gives its memory back for the update
     (vLLM sleep mode) and is awake again when the new weights arrive. A recording engine
     stands in for vLLM (whose sleep mode needs CUDA): the order of calls is the trainer's."""
-    from rlvr.build import build_run
-    from rlvr.trainer import one_training_step
+    from rlvr.run.build import build_run
+    from rlvr.run.loop import one_training_step
 
     run = build_run(_cfg(tmp_path, "algorithm.filter_zero_std_samples=false"))
     run.cfg.rollout.colocate = True  # past validation and build: only vLLM on CUDA sleeps
@@ -156,11 +156,11 @@ def test_a_colocated_engine_sleeps_through_the_update_and_wakes_before_the_sync(
     learner.update_mini_batches = lambda *a, **k: (events.append("learner.update"),
                                                    update(*a, **k))[1]
     run.engine = Recording()
-    import rlvr.trainer
+    import rlvr.run.loop
 
     # The learner's cached blocks go back to the driver before vLLM's own pool wakes up.
-    release = rlvr.trainer.release_cached_memory
-    monkeypatch.setattr(rlvr.trainer, "release_cached_memory", lambda device_type: (
+    release = rlvr.run.loop.release_cached_memory
+    monkeypatch.setattr(rlvr.run.loop, "release_cached_memory", lambda device_type: (
         events.append(f"release {device_type}"), release(device_type)))
     one_training_step(run, 1)
     assert events == ["sleep", "learner.update", f"release {run.devices.type}", "wake_up",
@@ -172,12 +172,13 @@ def test_a_signal_after_a_skipped_update_does_not_claim_that_steps_state_was_sav
     """A step whose update was skipped saves no state; the stop message said it had."""
     from types import SimpleNamespace
 
-    from rlvr.interrupts import StopOnSignal, TrainingInterrupted
-    from rlvr.stopping import Streaks
-    from rlvr.trainer import _finish_step
+    from rlvr.run.errors import TrainingInterrupted
+    from rlvr.run.interrupts import StopOnSignal
+    from rlvr.run.stopping import Streaks
+    from rlvr.run.loop import _finish_step
 
     saved = []
-    monkeypatch.setattr("rlvr.trainer.save_state", lambda *a, **k: saved.append(a))
+    monkeypatch.setattr("rlvr.run.loop.save_state", lambda *a, **k: saved.append(a))
     run = SimpleNamespace(cfg=_cfg(tmp_path, "experiment.total_episodes=64"), started=0.0,
                           logger=SimpleNamespace(log=lambda step, metrics: None), history=[],
                           failed_verification_steps=0, state_dir=tmp_path / "state")

@@ -25,7 +25,7 @@ from typing import Any
 # public name -> the module that defines it
 _EXPORTS = {
     "Config": "rlvr.config", "ConfigError": "rlvr.config", "load_config": "rlvr.config",
-    "train": "rlvr.trainer", "build_run": "rlvr.build", "Run": "rlvr.build",
+    "train": "rlvr.run.loop", "build_run": "rlvr.run.build", "Run": "rlvr.run.build",
     "VERIFIERS": "rlvr.rewards.registry", "register_verifier": "rlvr.rewards.registry",
     "POLICY_LOSSES": "rlvr.algorithm.losses", "register_policy_loss": "rlvr.algorithm.losses",
     "ADVANTAGE_NORMALIZATIONS": "rlvr.algorithm.advantages",

@@ -17,9 +17,9 @@ from pathlib import Path
 # exceptions of the heavy modules once the arguments are parsed).
 from rlvr.config import ConfigError, load_config, to_yaml
 from rlvr.console import configure_logging
-from rlvr.interrupts import (EngineLost, EngineUnavailable, LearnerLost, NoLearningSignal,
-                             NumericalFault, ResumeRefused, RunFinished, SaveFailed,
-                             RunUnhealthy, SlurmJobFailed, TrainingInterrupted, VerifierFault)
+from rlvr.run.errors import (EngineLost, EngineUnavailable, LearnerLost, NoLearningSignal,
+    NumericalFault, ResumeRefused, RunFinished, SaveFailed, RunUnhealthy, SlurmJobFailed,
+    TrainingInterrupted, VerifierFault)
 
 
 def _quiet_libraries() -> None:
@@ -89,7 +89,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     import time
 
     from rlvr.device import DeviceUnavailable, resolve_device
-    from rlvr.input_checks import directory_problem
+    from rlvr.run.input_checks import directory_problem
     from rlvr.launch.servers import server_settings
     from rlvr.models import resolve_model_dir
     from rlvr.serving import ServerProcess
@@ -139,7 +139,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _cmd_config(args: argparse.Namespace) -> int:
-    from rlvr.input_checks import check_registered_names
+    from rlvr.run.input_checks import check_registered_names
 
     if args.reference:  # the schema's reference page (docs/reference/config.md), no config
         from rlvr.config.reference import main as reference
@@ -154,7 +154,7 @@ def _cmd_config(args: argparse.Namespace) -> int:
 
 def _cmd_eval(args: argparse.Namespace) -> int:
     """Score a model or checkpoint with the config's eval sets and settings
-    (`rlvr.offline_eval`)."""
+    (`rlvr.run.offline_eval`)."""
     yamls, overrides = _split_args(args.items)
     if not yamls:
         raise ConfigError("rlvr eval needs a config file after the model (the eval sets and "
@@ -162,7 +162,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     # Last, so the model given wins over the config's.
     cfg = load_config(yamls, [*overrides, f"model.name_or_path={args.model}"])
     _quiet_libraries()
-    from rlvr.offline_eval import (check_output, default_output, evaluate_model, print_table,
+    from rlvr.run.offline_eval import (check_output, default_output, evaluate_model, print_table,
                                    results_record, write_results)
 
     path = Path(args.output) if args.output else default_output(args.model, cfg)
@@ -411,7 +411,7 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(e, 7)
     except LearnerLost as e:  # a learner rank died, raised or hung
         return _fail(e, 8)
-    except RunUnhealthy as e:  # a health gate: the run was surely wasted (`rlvr.health`)
+    except RunUnhealthy as e:  # a health gate: the run was surely wasted (`rlvr.run.health`)
         return _fail(e, 9)
     except SlurmJobFailed as e:  # the job's own exit code (the trainer's, when it ran)
         return _fail(e, e.exit_code)

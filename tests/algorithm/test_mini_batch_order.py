@@ -42,7 +42,7 @@ def test_first_fit_decreasing_mini_batches_are_permuted_not_sorted_by_length():
 
 def test_the_trainer_permutes_by_step_and_reproducibly():
     from rlvr.config import load_config
-    from rlvr.trainer import training_mini_batches
+    from rlvr.run.loop import training_mini_batches
 
     cfg = load_config("configs/tiny.yaml", ["algorithm.num_mini_batches=4",
                                             "algorithm.gradient_accumulation_steps=1"])

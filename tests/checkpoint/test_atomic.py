@@ -10,7 +10,7 @@ from safetensors import SafetensorError
 
 from rlvr.checkpoint.atomic import (fresh_tmp_dir, keep_last, publish_dir, save_dir_atomic,
                                     write_failure, write_text_atomic)
-from rlvr.interrupts import SaveFailed
+from rlvr.run.errors import SaveFailed
 
 
 def test_publish_replaces_a_directory_whole_and_cleans_temporaries(tmp_path):

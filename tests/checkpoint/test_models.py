@@ -5,7 +5,7 @@ import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
 from rlvr.checkpoint import latest_checkpoint, list_checkpoints, save_model_checkpoint
-from rlvr.interrupts import SaveFailed
+from rlvr.run.errors import SaveFailed
 
 
 def _model():

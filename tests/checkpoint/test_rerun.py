@@ -8,7 +8,7 @@ import pytest
 
 from rlvr.checkpoint.rerun import check_rerun, config_changes
 from rlvr.config import load_config, to_yaml
-from rlvr.interrupts import ResumeRefused
+from rlvr.run.errors import ResumeRefused
 
 
 def _yaml(*overrides):

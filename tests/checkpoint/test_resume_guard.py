@@ -164,7 +164,7 @@ def _plan(tmp_path, steps=6):
 
 
 def test_states_that_all_fail_stop_the_run_naming_them_and_the_fix(tmp_path):
-    from rlvr.interrupts import ResumeRefused
+    from rlvr.run.errors import ResumeRefused
 
     for step in (1, 2):
         save_state(_state(step), tmp_path / "state")
@@ -180,7 +180,7 @@ def test_states_that_all_fail_stop_the_run_naming_them_and_the_fix(tmp_path):
 
 
 def test_a_finished_run_rerun_says_it_is_finished(tmp_path):
-    from rlvr.interrupts import RunFinished
+    from rlvr.run.errors import RunFinished
 
     save_state(_state(6), tmp_path / "state")
     assert _plan(tmp_path).step == 6  # no final model yet: resumed, to write it
@@ -191,7 +191,7 @@ def test_a_finished_run_rerun_says_it_is_finished(tmp_path):
 
 
 def test_a_finished_run_without_states_says_it_is_finished(tmp_path):
-    from rlvr.interrupts import RunFinished
+    from rlvr.run.errors import RunFinished
 
     from rlvr.checkpoint.resume import plan_resume
 
@@ -210,7 +210,7 @@ def test_a_finished_run_without_states_says_it_is_finished(tmp_path):
 def test_a_last_step_without_its_final_model_or_a_state_is_lost_weights_not_a_finished_run(
         tmp_path):
     """Killed while writing `final/`: the rerun said "finished" and exited 0, weights gone."""
-    from rlvr.interrupts import ResumeRefused
+    from rlvr.run.errors import ResumeRefused
 
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps({"training_step": s}) + "\n"
                                                     for s in range(7)))
@@ -219,7 +219,7 @@ def test_a_last_step_without_its_final_model_or_a_state_is_lost_weights_not_a_fi
 
 
 def test_an_earlier_run_without_states_is_not_started_over(tmp_path):
-    from rlvr.interrupts import ResumeRefused
+    from rlvr.run.errors import ResumeRefused
 
     (tmp_path / "metrics.jsonl").write_text('{"training_step": 0}\n{"training_step": 2}\n')
     with pytest.raises(ResumeRefused, match="its metrics reach step 2.*continue it to step 6"):
@@ -253,7 +253,7 @@ def test_starting_over_moves_an_earlier_run_aside_whole(tmp_path, caplog):
             (tmp_path / "c", tmp_path / f"c.old-{number}")]
     assert (tmp_path / "c.old-1" / "checkpoints" / "step_000003").is_dir()
     assert f"the earlier run in {tmp_path / 'c'} was moved to {tmp_path / 'c.old-2'}" in caplog.text
-    from rlvr.interrupts import ResumeRefused
+    from rlvr.run.errors import ResumeRefused
 
     (tmp_path / "d" / "final").mkdir(parents=True)
     os.chdir(tmp_path / "d")  # the run's directory is the current one: not renamed under us
@@ -283,7 +283,7 @@ def test_a_finished_run_whose_last_state_is_older_than_its_last_step_is_finished
     """5 steps, a state every 2: the last state is of step 4. The rerun resumed it, trained
     step 5 again and rewrote final/, where the docs promise "finished" and nothing trained."""
     from rlvr.checkpoint.resume import plan_resume
-    from rlvr.interrupts import RunFinished
+    from rlvr.run.errors import RunFinished
 
     save_state(_state(4), tmp_path / "state")
     _metrics_to(tmp_path, 5)

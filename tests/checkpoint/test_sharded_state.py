@@ -25,7 +25,7 @@ import torch
 import torch.multiprocessing as mp
 from torch.distributed.checkpoint.filesystem import FileSystemWriter
 
-import rlvr.trainer
+import rlvr.run.loop
 from rlvr.algorithm.losses import LossParams, PolicyLoss
 from rlvr.checkpoint.sharded import save_sharded
 from rlvr.checkpoint.state import list_states, load_latest_state, verify_state
@@ -36,7 +36,7 @@ from rlvr.distributed.learner_worker import LearnerSpec, LearnerWorker
 from rlvr.distributed.trainer_learner import GroupLearner
 from rlvr.learner import Learner, LearnerSettings, LearnerState, UpdateResult
 from rlvr.models import load_causal_lm
-from rlvr.trainer import train
+from rlvr.run.loop import train
 from tests.distributed.test_learner_group import _batch
 
 # No warm-up, so the first update moves the weights. eps=1e-6: see
@@ -281,17 +281,17 @@ class _Stopped(Exception):
 def test_the_trainer_resumes_a_sharded_state_exactly(tmp_path, monkeypatch):
     straight, stopped = tmp_path / "straight", tmp_path / "stopped"
     train(_cfg(straight))  # steps 1-3
-    real_step = rlvr.trainer.one_training_step
+    real_step = rlvr.run.loop.one_training_step
 
     def stop_at_step_3(run, step, produced=None):
         if step == 3:
             raise _Stopped
         return real_step(run, step, produced)
 
-    monkeypatch.setattr(rlvr.trainer, "one_training_step", stop_at_step_3)
+    monkeypatch.setattr(rlvr.run.loop, "one_training_step", stop_at_step_3)
     with pytest.raises(_Stopped):
         train(_cfg(stopped))  # steps 1-2, each state saved
-    monkeypatch.setattr(rlvr.trainer, "one_training_step", real_step)
+    monkeypatch.setattr(rlvr.run.loop, "one_training_step", real_step)
     newest = list_states(stopped / "state")[-1]
     assert newest.name == "step_000002" and verify_state(newest) is None
     assert (newest / "learner" / ".metadata").exists()

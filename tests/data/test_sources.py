@@ -165,7 +165,7 @@ def test_a_source_that_is_not_a_regular_file_is_refused(tmp_path):
 
 
 def test_a_mixer_whose_every_prompt_is_retired_says_so_as_no_learning_signal():
-    from rlvr.interrupts import NoLearningSignal
+    from rlvr.run.errors import NoLearningSignal
 
     mixer = PromptMixer([("a", _prompts("a", 3), 1.0)], seed=0)
     mixer.retire([p.id for p in _prompts("a", 3)])
@@ -177,7 +177,7 @@ def test_a_solved_source_leaves_the_mixture_and_the_others_train_on():
     """An "easy" source of 4 prompts, all retired, beside a "hard" one of 100: the run stopped
     (NoLearningSignal) though 100 prompts were unsolved. open-instruct's
     `HFDataLoader.exclude_index` leaves a solved prompt out and trains on the rest."""
-    from rlvr.interrupts import NoLearningSignal
+    from rlvr.run.errors import NoLearningSignal
 
     easy, hard = _prompts("easy", 4), _prompts("hard", 100)
     mixer = PromptMixer([("easy", easy, 1.0), ("hard", hard, 1.0)], seed=0)

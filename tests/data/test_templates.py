@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from rlvr.input_checks import check_registered_names
-from rlvr.settings import source_settings
+from rlvr.run.input_checks import check_registered_names
+from rlvr.run.settings import source_settings
 from rlvr.cli import main
 from rlvr.config import ConfigError, DataConfig, DataSourceConfig, load_config
 from rlvr.data import build_datasets
@@ -271,7 +271,7 @@ def test_a_file_template_without_turns_fails_before_the_model_loads(tmp_path, mo
                                                                     capsys):
     path = tmp_path / "last.jinja"
     path.write_text("{{ messages[-1].content }}")  # drops every earlier turn
-    monkeypatch.setattr("rlvr.build.load_causal_lm", _no_model)
+    monkeypatch.setattr("rlvr.run.build.load_causal_lm", _no_model)
     code = main(["train", "configs/tiny.yaml", f"experiment.output_dir={tmp_path / 'run'}",
                  f"data.chat_template={path}", "rollout.workflow=multi_turn",
                  "rollout.max_turns=2", "algorithm.pack_length=512"])
@@ -283,7 +283,7 @@ def test_a_file_template_without_turns_fails_before_the_model_loads(tmp_path, mo
 def test_a_bad_template_fails_the_cli_before_the_model_loads(tmp_path, monkeypatch, capsys):
     path = tmp_path / "empty.jinja"
     path.write_text("{# nothing #}")
-    monkeypatch.setattr("rlvr.build.load_causal_lm", _no_model)
+    monkeypatch.setattr("rlvr.run.build.load_causal_lm", _no_model)
     code = main(["train", "configs/tiny.yaml", f"experiment.output_dir={tmp_path / 'run'}",
                  f"data.chat_template={path}"])
     assert code == 2
@@ -308,7 +308,7 @@ def test_generate_takes_a_chat_template(tiny_model_dir, capsys):
 
 
 def test_tiny_trains_with_the_r1_zero_template(tmp_path):
-    from rlvr.trainer import train
+    from rlvr.run.loop import train
 
     # The r1_zero opening is ~420 byte tokens on the tiny tokenizer: room for it.
     cfg = load_config("configs/tiny.yaml", [

@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from rlvr.build import build_run, plan_devices
+from rlvr.run.build import build_run, plan_devices
 from rlvr.config import ConfigError, load_config
 from rlvr.distributed.engine_group import EngineGroup
 from rlvr.distributed.learner_group import LearnerGroup

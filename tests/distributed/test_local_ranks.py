@@ -123,7 +123,7 @@ def test_local_launcher_ranks_give_the_ray_launchers_losses(tmp_path, ray_sessio
     """The brief's check: `rlvr train configs/tiny.yaml distributed.num_learners_per_node=[2]`
     runs 2 ranks under the local launcher, with the Ray launcher's losses (2 learners)."""
     from rlvr.config import load_config
-    from rlvr.trainer import train
+    from rlvr.run.loop import train
 
     local = tmp_path / "local"
     done = subprocess.run([sys.executable, "-m", "rlvr.cli", "train", *TINY,

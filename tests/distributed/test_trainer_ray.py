@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from rlvr.config import load_config
-from rlvr.trainer import train
+from rlvr.run.loop import train
 
 pytestmark = pytest.mark.slow  # whole training runs on Ray: `make test-slow` (docs/testing.md)
 

@@ -9,7 +9,7 @@ import os
 import pytest
 
 from rlvr.config import load_config
-from rlvr.trainer import train
+from rlvr.run.loop import train
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from rlvr.input_checks import check_registered_names
+from rlvr.run.input_checks import check_registered_names
 from rlvr.config import load_config
 
 ROOT = Path(__file__).resolve().parents[2]

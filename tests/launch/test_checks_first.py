@@ -16,7 +16,7 @@ import rlvr.serving.server as server_module
 from rlvr.cli import main
 from rlvr.config import load_config
 from rlvr.data import DataError
-from rlvr.interrupts import ResumeRefused, RunFinished
+from rlvr.run.errors import ResumeRefused, RunFinished
 from rlvr.launch import launch
 from rlvr.launch.ray_servers import RayServers
 
@@ -153,6 +153,6 @@ def test_servers_start_before_the_learner_ranks(tmp_path, monkeypatch):
 
     monkeypatch.setattr(run_module, "_start_servers", servers)
     monkeypatch.setattr(run_module, "_learner_ranks", lambda cfg, env: ranks())
-    monkeypatch.setattr("rlvr.trainer.train", lambda cfg, start: order.append("train"))
+    monkeypatch.setattr("rlvr.run.loop.train", lambda cfg, start: order.append("train"))
     launch(load_config("configs/tiny.yaml", _overrides(tmp_path / "run")))
     assert order == ["servers", "ranks", "train"]

@@ -88,7 +88,7 @@ def test_an_error_in_training_stops_the_servers(tmp_path, monkeypatch):
         assert all(is_healthy(a, 1.0, key=key) for a in seen)  # healthy before training starts
         raise RuntimeError("boom")
 
-    monkeypatch.setattr("rlvr.trainer.train", failing_train)
+    monkeypatch.setattr("rlvr.run.loop.train", failing_train)
     with pytest.raises(RuntimeError, match="boom"):
         launch(_cfg(tmp_path))
     key = read_key_file(tmp_path / "server.key")

@@ -26,7 +26,7 @@ import rlvr.launch.slurm as slurm_module
 from rlvr.checkpoint.state import list_states, verify_state
 from rlvr.cli import main
 from rlvr.config import load_config
-from rlvr.interrupts import SlurmJobFailed
+from rlvr.run.errors import SlurmJobFailed
 from rlvr.launch.slurm import LogFollower, SlurmCommands, submit_and_wait
 from rlvr.serving.server import free_port
 

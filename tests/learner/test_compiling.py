@@ -245,7 +245,7 @@ def test_a_model_without_a_layer_list_is_refused():
 
 def test_the_config_reaches_the_learner():
     from rlvr.config.loading import load_config
-    from rlvr.settings import learner_settings
+    from rlvr.run.settings import learner_settings
 
     cfg = load_config(None, ["model.compile=true"])
     assert learner_settings(cfg).compile_backend == "inductor"

@@ -11,7 +11,7 @@ from transformers.optimization import (get_cosine_with_hard_restarts_schedule_wi
 
 from rlvr.config import ConfigError, load_config
 from rlvr.learner.schedule import build_scheduler
-from rlvr.settings import learner_settings
+from rlvr.run.settings import learner_settings
 
 # 48 episodes of 4 x 4 samples: 3 training steps; 2 epochs x 3 mini-batches: 18 optimizer steps.
 RUN = ["experiment.total_episodes=48", "rollout.num_unique_prompts_rollout=4",

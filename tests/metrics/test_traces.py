@@ -138,7 +138,7 @@ def test_save_traces_is_a_config_field_off_by_default():
 
 
 def test_training_writes_every_steps_samples_and_each_eval(tmp_path):
-    from rlvr.trainer import train
+    from rlvr.run.loop import train
 
     out = tmp_path / "run"
     cfg = load_config("configs/tiny.yaml", [f"experiment.output_dir={out}",
@@ -171,7 +171,7 @@ def test_groups_the_trainer_drops_as_stale_are_traced_as_not_trained(tmp_path):
     from types import SimpleNamespace
 
     from rlvr.producer.groups import Episodes
-    from rlvr.trainer import _next_produced, _write_step_traces
+    from rlvr.run.loop import _next_produced, _write_step_traces
 
     fresh = [_sample(_prompt(0), "1", 1.0, version=3), _sample(_prompt(0), "2", 0.0, version=3)]
     stale = [_sample(_prompt(1), "2", 1.0, version=0), _sample(_prompt(1), "3", 0.0, version=0)]

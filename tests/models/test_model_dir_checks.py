@@ -16,7 +16,7 @@ import pytest
 from safetensors.torch import load_file, save_file
 
 from rlvr.config import ConfigError
-from rlvr.input_checks import model_position_limit
+from rlvr.run.input_checks import model_position_limit
 from rlvr.models import load_causal_lm, load_tokenizer, resolve_model_dir
 from tests.cli_checks import fails_in_one_line
 

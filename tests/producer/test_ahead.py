@@ -8,7 +8,7 @@ import pytest
 
 from rlvr.producer.ahead import RolloutProducer
 from rlvr.config import load_config
-from rlvr.trainer import train
+from rlvr.run.loop import train
 
 
 def test_producer_runs_ahead_by_at_most_async_steps_and_accounts_waiting():

@@ -38,9 +38,9 @@ def test_every_metric_the_issue_asks_for_has_a_panel():
 
 
 def test_every_gate_reading_one_step_has_its_signal_in_the_health_panel():
-    """The mismatch panel, generalised: each gate of `rlvr.health.GATES` that compares a
+    """The mismatch panel, generalised: each gate of `rlvr.run.health.GATES` that compares a
     step's value with a bound has its signal and bounds there; the trend gates do not."""
-    from rlvr import health
+    from rlvr.run import health
 
     gates = {g.__name__ for g in health.GATES}
     trends = {"reward_vs_heldout", "length_growth", "shaping_carries_reward"}

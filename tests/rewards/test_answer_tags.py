@@ -11,7 +11,7 @@ from rlvr.config import load_config
 from rlvr.rewards import ScoreRequest, strip_thinking
 from rlvr.rewards.format import answer_tags
 from rlvr.rewards.scorer import RewardScorer
-from rlvr.settings import scorer_settings
+from rlvr.run.settings import scorer_settings
 
 # No commas, all lowercase, under 20 words.
 ROW = json.dumps([{"id": "punctuation:no_comma", "kwargs": {}},

@@ -150,7 +150,7 @@ def test_a_case_name_is_taken_once():
 
 
 def test_training_stops_before_step_1_when_a_verifier_pays(tmp_path):
-    from rlvr.trainer import train
+    from rlvr.run.loop import train
 
     overrides = [f"experiment.output_dir={tmp_path}", "experiment.total_episodes=16",
                  f"rewards.remap_verifier={{last_number: '{THIS}:always_pays'}}",

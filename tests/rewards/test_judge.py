@@ -10,8 +10,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from rlvr.input_checks import check_judge_configured, check_registered_names
-from rlvr.settings import judge_settings
+from rlvr.run.input_checks import check_judge_configured, check_registered_names
+from rlvr.run.settings import judge_settings
 from rlvr.config import ConfigError, DataSourceConfig, load_config
 from rlvr.data import LoadedData
 from rlvr.data.errors import Example

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlvr.interrupts import EngineUnavailable
+from rlvr.run.errors import EngineUnavailable
 from rlvr.rollout.base import EngineSettings
 from rlvr.rollout.remote_engine import RemoteEngine, server_addresses
 from rlvr.rollout.seeds import derive_seed

@@ -196,7 +196,7 @@ def test_grouped_decode_attention_equals_sdpa_over_repeated_kv_heads():
 
 def test_the_config_names_the_decoding_and_engines_receive_it():
     from rlvr.config import ConfigError, load_config
-    from rlvr.settings import engine_settings
+    from rlvr.run.settings import engine_settings
 
     with pytest.raises(ConfigError, match="rollout.transformers_decode='fast'"):
         load_config(None, ["rollout.transformers_decode=fast"])

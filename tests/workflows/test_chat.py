@@ -6,7 +6,7 @@ import pytest
 from rlvr.config import ConfigError
 from rlvr.config.loading import load_config
 from rlvr.data.templates import load_chat_template
-from rlvr.input_checks import check_template_turns
+from rlvr.run.input_checks import check_template_turns
 from rlvr.workflows.chat import check_turns, continuation_ids
 
 ASKED = [{"role": "user", "content": "6 * 7?"},

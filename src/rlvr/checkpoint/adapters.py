@@ -5,7 +5,7 @@ A LoRA run's checkpoints (`rlvr.checkpoint.models`) hold PEFT's adapter files
 (`adapter_config.json`, `adapter_model.safetensors`), the tokenizer and `rlvr_checkpoint.json`.
 The base model is named by the adapter config's `base_model_name_or_path`, which rlvr writes as
 a built-in name (tiny-llama, smollm2-135m-instruct) or an absolute directory
-(`rlvr.settings.lora_settings`), so the checkpoint resolves it from any working directory and on
+(`rlvr.run.settings.lora_settings`), so the checkpoint resolves it from any working directory and on
 any machine that has the built-ins. The merged directory is written atomically and loads like
 any model: `rlvr generate OUT`, the transformers engine, vLLM.
 

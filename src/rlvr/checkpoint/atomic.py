@@ -16,7 +16,7 @@ from typing import Callable
 
 from safetensors import SafetensorError
 
-from rlvr.interrupts import SaveFailed
+from rlvr.run.errors import SaveFailed
 
 
 def write_text_atomic(path: Path, text: str) -> None:

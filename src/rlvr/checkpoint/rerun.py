@@ -24,7 +24,7 @@ from omegaconf import OmegaConf
 
 from rlvr.checkpoint.models import list_checkpoints
 from rlvr.checkpoint.state import list_states
-from rlvr.interrupts import ResumeRefused
+from rlvr.run.errors import ResumeRefused
 
 log = logging.getLogger(__name__)
 

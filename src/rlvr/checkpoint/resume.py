@@ -16,7 +16,7 @@ starts over silently in a directory that holds an earlier run:
 - an earlier run's metrics but no state to resume (`checkpoint.checkpoint_state_freq=0` saves
   none): `ResumeRefused` as well, since starting at step 0 would append to its metrics and
   replace its final model.
-What it is not: reading the state's tensors into a learner (`rlvr.trainer.restore_state`).
+What it is not: reading the state's tensors into a learner (`rlvr.run.loop.restore_state`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from pathlib import Path
 
 from rlvr.checkpoint.rerun import start_over_hint
 from rlvr.checkpoint.state import TrainingState, find_latest_state
-from rlvr.interrupts import ResumeRefused, RunFinished
+from rlvr.run.errors import ResumeRefused, RunFinished
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@
   wrong types fail with the field's full name).
 - `checks`: `validate`, the cross-field rules, naming every offending field at once.
 Names of registered parts (losses, engines, verifiers, ...) are checked where the parts are
-built (`rlvr.build`), still before any model loads: this package imports nothing else from
+built (`rlvr.run.build`), still before any model loads: this package imports nothing else from
 rlvr, so every part can import its settings from here without a cycle. Each component
 receives only its own section. It knows no model, tensor or process group.
 

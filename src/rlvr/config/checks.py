@@ -1,6 +1,6 @@
 """The cross-field rules of a config: `validate` collects every problem and fails once, naming
 all the fields; `warnings_for` lists settings that work but deserve a loud line at start.
-Names of registered parts are checked where the parts are built (`rlvr.build`)."""
+Names of registered parts are checked where the parts are built (`rlvr.run.build`)."""
 
 from __future__ import annotations
 
@@ -202,7 +202,7 @@ _RUBRIC_FIELDS = {"question", "answer", "ground_truth", "metadata"}
 
 def _check_judge(errors: list[str], j: JudgeConfig) -> None:
     """The judge's endpoint or model, its rubric's placeholders and its score pattern. Whether
-    `engine` names an engine is checked where engines are registered (`rlvr.build`)."""
+    `engine` names an engine is checked where engines are registered (`rlvr.run.build`)."""
     if not j.model:
         what = ("the model name the endpoint serves" if j.engine == "openai"
                 else "the judge model's built-in name or directory")
@@ -248,7 +248,7 @@ def _check_sampling(errors: list[str], cfg: Config) -> None:
 def _check_paths(errors: list[str], cfg: Config) -> None:
     """What a path field's text alone rules out; whether it can be made on this machine
     (existing files in the way, names too long) is checked at start
-    (`rlvr.input_checks.check_run_paths`)."""
+    (`rlvr.run.input_checks.check_run_paths`)."""
     for name, value in (("experiment.output_dir", cfg.experiment.output_dir),
                         ("checkpoint.checkpoint_state_dir",
                          cfg.checkpoint.checkpoint_state_dir)):

@@ -12,7 +12,7 @@ Where each column comes from:
   the choices `rlvr.config.checks` enforces with `_choice(errors, "path", value, {...})`.
 
 Not here: names chosen from a registry (losses, engines, verifiers, workflows) are checked when
-the run is built (`rlvr.build`) and are listed where those parts are documented.
+the run is built (`rlvr.run.build`) and are listed where those parts are documented.
 
     python -m rlvr.config.reference                  # writes docs/reference/config.md
     python -m rlvr.config.reference --check          # exit 1 if the page is out of date

@@ -474,7 +474,7 @@ class LoggingConfig:
 
 @dataclass
 class HealthConfig:
-    """The run's health gates (`rlvr.health`, docs/health.md): each step, signals read from
+    """The run's health gates (`rlvr.run.health`, docs/health.md): each step, signals read from
     its metrics and the run's history, a warning when one crosses its bound, and a stop (exit
     9, the state saved) where the run is surely wasted."""
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import random
 
-from rlvr.interrupts import NoLearningSignal
+from rlvr.run.errors import NoLearningSignal
 from rlvr.types import Prompt
 
 

@@ -270,7 +270,7 @@ def check_template_choice(spec: str, multi_turn: bool, field: str = "data.chat_t
 
 def template_text(spec: str, tokenizer: Any) -> str:
     """The Jinja text of template `spec` ("" where there is none to read): what
-    `rlvr.settings.scorer_settings` looks for the think and answer tags in."""
+    `rlvr.run.settings.scorer_settings` looks for the think and answer tags in."""
     if spec == TOKENIZER:
         text = getattr(tokenizer, "chat_template", None) or ""
         return text if isinstance(text, str) else " ".join(map(str, dict(text).values()))

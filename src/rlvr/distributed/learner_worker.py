@@ -111,7 +111,7 @@ class LearnerWorker:
                 timeout_s=spec.timeout_s)
         if self.world.is_distributed and self.device.type == "cuda":
             check_one_gpu_per_rank(self.device, self.world_size)  # before NCCL's first collective
-        # The driver ran the load-time model checks on this directory and dtype (rlvr.build).
+        # The driver ran the load-time model checks on this directory and dtype (rlvr.run.build).
         policy = load_causal_lm(spec.model_dir, spec.dtype, spec.attn_implementation)
         if spec.lora is not None:  # every rank alike (seeded init), before sharding
             policy = wrap_lora(policy, spec.lora)

@@ -7,7 +7,7 @@ MASTER_PORT), so what they do next is `rlvr.distributed.ranks.follow`, as under 
 srun. Their output goes to `<output_dir>/ranks/rank_<r>.log`.
 
 Why not torchrun itself: rank 0 is the trainer, and staying this process keeps its exit code
-(3, 4, 128+signal: `rlvr.interrupts`), its signal handling (a first SIGINT/SIGTERM saves state)
+(3, 4, 128+signal: `rlvr.run.interrupts`), its signal handling (a first SIGINT/SIGTERM saves state)
 and its progress bar, where torchrun's agent would report any failure as exit 1. Starting the
 ranks with `torchrun --nproc-per-node N -m rlvr.cli train ...` works too; this class is then
 not used.
@@ -32,7 +32,7 @@ from pathlib import Path
 from rlvr.checkpoint.atomic import write_text_atomic
 from rlvr.config import Config, ConfigError, to_yaml
 from rlvr.distributed.ranks import RankEnv
-from rlvr.interrupts import RunFinished, TrainingInterrupted
+from rlvr.run.errors import RunFinished, TrainingInterrupted
 from rlvr.serving.server import free_port
 
 log = logging.getLogger(__name__)

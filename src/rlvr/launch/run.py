@@ -5,7 +5,7 @@ The trainer never learns who started its servers: it gets their addresses in its
 as to any server.
 
 Nothing is started or written before the run is checked: before the local and Ray launchers
-start servers or learner ranks, `rlvr.build.plan_start` checks the input (as the Slurm launcher
+start servers or learner ranks, `rlvr.run.build.plan_start` checks the input (as the Slurm launcher
 does before it submits) and decides where the run starts, so bad input, a refused resume or a
 finished run starts no process and writes no file (`server.key` included); the trainer takes
 the plan on, so nothing is read twice.
@@ -41,9 +41,9 @@ def launch(cfg: Config):
     Under a torch.distributed environment (torchrun, srun, or the ranks `LocalRanks` starts)
     only rank 0 trains; every other rank serves it (`rlvr.distributed.ranks.follow`) and this
     returns None there."""
-    from rlvr.build import plan_start
+    from rlvr.run.build import plan_start
     from rlvr.distributed.ranks import RankEnv
-    from rlvr.trainer import train
+    from rlvr.run.loop import train
 
     env = RankEnv.from_environ()
     if env is not None and env.rank != 0:

@@ -32,7 +32,7 @@ from typing import Sequence
 
 from rlvr.checkpoint.atomic import write_text_atomic
 from rlvr.config import Config, to_yaml
-from rlvr.interrupts import SlurmJobFailed
+from rlvr.run.errors import SlurmJobFailed
 from rlvr.launch.slurm_script import JobFiles, batch_script, job_layout
 from rlvr.serving.auth import prepare_run_key
 
@@ -100,11 +100,11 @@ def submit_and_wait(cfg: Config, poll_s: float = 5.0,
 
 
 def prepare(cfg: Config, python: str = "", workdir: str = "") -> tuple[JobFiles, str]:
-    """Check the run's input as the trainer will (`rlvr.build.check_run_inputs`), then write
+    """Check the run's input as the trainer will (`rlvr.run.build.check_run_inputs`), then write
     the resolved config (paths made absolute: the steps may start elsewhere) and the
     batch script under `<output_dir>/slurm/`, and the run's server key (`<output_dir>/server.key`,
     0600), which the script names; (its files, the script's text)."""
-    from rlvr.build import check_run_inputs
+    from rlvr.run.build import check_run_inputs
     from rlvr.models import resolve_model_dir
 
     cfg = _absolute_paths(cfg)

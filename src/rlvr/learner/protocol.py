@@ -49,7 +49,7 @@ class LearnerState(TypedDict):
 
 @runtime_checkable
 class LearnerProtocol(Protocol):
-    """The learner surface of the training loop (`rlvr.trainer`)."""
+    """The learner surface of the training loop (`rlvr.run.loop`)."""
 
     @property
     def policy(self) -> torch.nn.Module:

@@ -82,7 +82,7 @@ class JsonlSink:
 class DistributionsJsonlSink:
     """`distributions.jsonl`: one line per step, `{"training_step": N, name: summary, ...}`
     (`DistributionSummary.to_json`). Written as `metrics.jsonl` is (`JsonlSink`: whole lines,
-    a torn last line dropped on open) and truncated with it on resume (`rlvr.build`)."""
+    a torn last line dropped on open) and truncated with it on resume (`rlvr.run.build`)."""
 
     def __init__(self, path: Path):
         self._lines = JsonlSink(path)

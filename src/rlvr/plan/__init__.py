@@ -2,7 +2,7 @@
 tokens a step, a step's seconds split into generation, scoring, learner and weight sync, the
 whole run's time, and whether it fits.
 
-A short calibration (`calibrate`: the run's pieces built by `rlvr.build`, a capped generation,
+A short calibration (`calibrate`: the run's pieces built by `rlvr.run.build`, a capped generation,
 real learner updates over one and two packed rows, a weight sync) feeds pure arithmetic
 (`predict`); `render` prints it, and `<output_dir>/plan.json` (`records.PLAN_FILE`) keeps it
 for `rlvr report`, which sets it beside what the run measured. Figures and their accuracy:
@@ -25,7 +25,7 @@ __all__ = ["PLAN_FILE", "Calibration", "Prediction", "RunShape", "make_plan", "r
 
 def run_shape(cfg: Config, calibration: Calibration) -> RunShape:
     """The step's shape as the config (and the learner's memory plan, on a GPU) sets it."""
-    from rlvr.build import plan_devices
+    from rlvr.run.build import plan_devices
 
     r, a = cfg.rollout, cfg.algorithm
     return RunShape(

@@ -1,4 +1,4 @@
-"""The calibration behind `rlvr plan`: the run's pieces built as `rlvr.build` builds them (same
+"""The calibration behind `rlvr plan`: the run's pieces built as `rlvr.run.build` builds them (same
 data, model load, device plan, learner and engine), then a few measurements on this machine:
 the step's prompts generated with a capped number of new tokens and scored, real learner
 updates over one and two packed rows, and one weight sync.
@@ -17,7 +17,7 @@ from dataclasses import replace
 
 import torch
 
-from rlvr.build import (build_data, build_engine, build_learner, driver_layout,
+from rlvr.run.build import (build_data, build_engine, build_learner, driver_layout,
                         engine_eos_ids, plan_devices, prepare_process)
 from rlvr.config import Config, ConfigError
 from rlvr.device import device_memory, keep_freed_host_memory, memory_metrics, resolve_device
@@ -28,8 +28,8 @@ from rlvr.plan.records import (Calibration, LearnerCalibration, LinearCost, Memo
                                RolloutCalibration)
 from rlvr.producer.source import EpisodeSource
 from rlvr.rewards.scorer import RewardScorer
-from rlvr.settings import scorer_settings, source_settings
-from rlvr.trainer import training_mini_batches
+from rlvr.run.settings import scorer_settings, source_settings
+from rlvr.run.loop import training_mini_batches
 
 log = logging.getLogger(__name__)
 GIB = 1024 ** 3

@@ -10,7 +10,7 @@ round-trip exactly (Python writes the shortest repr that reads back to the same 
 Records are written field by field from their dataclasses, so a field added to `Prompt`,
 `Completion`, `RewardOutcome` or `Sample` travels without a change here; a field a state lacks
 takes its default.
-What it is not: deciding what to save or when (`rlvr.trainer`, `RolloutProducer.ahead`).
+What it is not: deciding what to save or when (`rlvr.run.loop`, `RolloutProducer.ahead`).
 """
 
 from __future__ import annotations

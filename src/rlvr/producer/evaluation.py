@@ -3,8 +3,8 @@ by the verifiers, reported per set (pass@k for each k asked, maj@n, mean reward,
 length, the workflow's own counts) and pooled over all sets.
 
 What it is: `Evaluator(sets, settings, tokenizer).run(engine, scorer) -> EvalResult`, the one
-code path of both the training loop (`rlvr.trainer.run_eval`) and `rlvr eval`
-(`rlvr.offline_eval`), so a checkpoint scored afterwards is measured exactly as its run measured
+code path of both the training loop (`rlvr.run.loop.run_eval`) and `rlvr eval`
+(`rlvr.run.offline_eval`), so a checkpoint scored afterwards is measured exactly as its run measured
 it. An eval episode is a training episode: the run's workflow (`EvalSettings.episodes`, the
 `EpisodePath` training's source plays by, through the same `EpisodeRunner`), with its tools,
 turns, sandbox and verifiers, only sampled with eval's n, temperature and seeds. A `tool_use`
@@ -60,12 +60,12 @@ AnswerKey = Callable[[str], "str | None"]
 
 @dataclass(frozen=True)
 class EvalSettings:
-    """How to evaluate (`eval.*`, made by `rlvr.settings.eval_settings`)."""
+    """How to evaluate (`eval.*`, made by `rlvr.run.settings.eval_settings`)."""
 
     sampling: SamplingParams  # n: samples per prompt; seed: the base each set derives its own from
     pass_at_k: tuple[int, ...] = (1,)  # each in [1, sampling.n]
     max_prompts: int = 64  # the first prompts of each set
-    # The run's workflow and its settings: training's (`rlvr.settings.episode_path`).
+    # The run's workflow and its settings: training's (`rlvr.run.settings.episode_path`).
     episodes: EpisodePath = field(default_factory=EpisodePath)
 
     def __post_init__(self) -> None:

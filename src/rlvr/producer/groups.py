@@ -46,7 +46,7 @@ class Episodes:
     # outcomes: not trained, kept only so the traces show them.
     dropped_stale: "Episodes | None" = None
     # The first verifier failure when every sample the step SAMPLED failed its verifier
-    # (`rlvr.faults.verification_failure`), else None. Set by the source: with active sampling
+    # (`rlvr.run.faults.verification_failure`), else None. Set by the source: with active sampling
     # the groups kept are only those with reward spread, so a verifier failing every sample
     # left none, and judged on them the step looked like one with nothing to learn.
     sampled_failure: str | None = None

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from rlvr.data.mixer import PromptMixer
-from rlvr.faults import verification_failure
+from rlvr.run.faults import verification_failure
 from rlvr.models import load_tokenizer
 from rlvr.producer.groups import Episodes, RewardShaping, episode_metrics
 from rlvr.rewards.scorer import RewardScorer
@@ -37,7 +37,7 @@ class SourceSettings:
     retire_pass_rate: float | None = None  # retire prompts solved this often (None: never)
     tokenizer_dir: str = ""  # where a process without the tokenizer (an actor) loads it
     # How an episode is played (the workflow, its settings, timeout and chat template):
-    # evaluation plays the same (`rlvr.settings.episode_path`).
+    # evaluation plays the same (`rlvr.run.settings.episode_path`).
     episodes: EpisodePath = field(default_factory=EpisodePath)
 
     def params_for(self, step: int) -> SamplingParams:

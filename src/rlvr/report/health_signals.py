@@ -1,6 +1,6 @@
 """The report's health panel: for each health gate whose signal is a step's figure (a logged
 metric, or the verifier failure rate made from logged counts), that signal over the run and
-the config bounds the gate compares it with (`rlvr.health`, docs/health.md). Pure functions of
+the config bounds the gate compares it with (`rlvr.run.health`, docs/health.md). Pure functions of
 a run's metrics frame and config; nothing here draws.
 
 The bounds are the run's own (`health.*` in its config.yaml), else `HealthConfig`'s defaults:
@@ -18,7 +18,7 @@ from typing import Any
 
 import pandas as pd
 
-from rlvr import health
+from rlvr.run import health
 from rlvr.config.schema import HealthConfig
 
 # The verifier gate's signal is not logged as such: it is made here from the logged counts.
@@ -29,7 +29,7 @@ VERIFIER_ERROR_RATE = "derived/verifier_error_rate"
 class GateSignal:
     """One gate's signal and its bounds, as `HealthConfig` field names."""
 
-    gate: str  # the gate's name in `rlvr.health.GATES`
+    gate: str  # the gate's name in `rlvr.run.health.GATES`
     metric: str  # the metric plotted
     ylabel: str
     bounds: tuple[tuple[str, str], ...]  # (label, HealthConfig field), e.g. ("warn", ...)

@@ -2,7 +2,7 @@
 them (generation throughput), and the per-step time breakdown. Pure functions of a run's
 metrics frame; nothing here draws.
 
-Metric names are the trainer's (`rlvr.trainer`, `rlvr.producer.groups.episode_metrics`,
+Metric names are the trainer's (`rlvr.run.loop`, `rlvr.producer.groups.episode_metrics`,
 `rlvr.algorithm.losses`): a panel lists patterns (`fnmatch`), so eval metrics of any set
 (`eval/scores`, `eval/<set>/scores`) land in the eval panel. A panel none of whose metrics a
 run logged is left out. The distribution panels (`DISTRIBUTION_PANELS`) draw a step's

@@ -13,7 +13,7 @@ from typing import Callable, Iterable, Protocol, runtime_checkable
 
 import torch
 
-from rlvr.interrupts import EngineUnavailable  # noqa: F401  (engines raise it from here)
+from rlvr.run.errors import EngineUnavailable  # noqa: F401  (engines raise it from here
 from rlvr.registry import Registry
 from rlvr.types import Completion, SamplingParams
 
@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class EngineSettings:
     """What an engine needs to start, and nothing the trainer alone reads (prompt counts,
-    async steps, sampling temperature): `rlvr.settings.engine_settings` makes it from the rollout
+    async steps, sampling temperature): `rlvr.run.settings.engine_settings` makes it from the rollout
     config section, and engine actors receive only this. Field names follow `rollout.*`."""
 
     dtype: str = "float32"  # the engine's own copy of the weights: float32 | bfloat16
@@ -47,7 +47,7 @@ class EngineSettings:
     server_request_timeout_s: float = 600.0
     weight_update: str = "disk"  # disk | broadcast
     weight_sync_host: str = ""  # this host's address as servers reach it (broadcast)
-    # Not rollout fields; set by `rlvr.settings.engine_settings`. `device`: "cuda" | "cpu" as the
+    # Not rollout fields; set by `rlvr.run.settings.engine_settings`. `device`: "cuda" | "cpu" as the
     # driver resolved `model.device` ("auto": the engine's process decides from what it
     # sees). `weight_update_dir`: where disk updates are written (<output_dir>/weight_updates).
     # `server_key_file`: the run's server key (<output_dir>/server.key), if the environment

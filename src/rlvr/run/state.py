@@ -1,7 +1,7 @@
 """A run's training state, taken and put back: `capture_state` after a step (the learner's
 weights and optimizer, the mixer's position, the RNG, the batches made ahead), `restore_state`
 at a resume, and `sync_weights`, which hands the learner's weights to the engines as a policy
-version. What it is not: when a state is saved (`rlvr.trainer`, `rlvr.stopping`) or how it is
+version. What it is not: when a state is saved (`rlvr.run.loop`, `rlvr.run.stopping`) or how it is
 written and read (`rlvr.checkpoint.state`).
 """
 
@@ -10,10 +10,10 @@ from __future__ import annotations
 import logging
 from typing import Callable
 
-from rlvr.build import Run
+from rlvr.run.build import Run
 from rlvr.checkpoint.resume import fresh_start_hint
 from rlvr.checkpoint.state import (TrainingState, capture_rng, list_states, restore_rng)
-from rlvr.interrupts import ResumeRefused
+from rlvr.run.errors import ResumeRefused
 from rlvr.producer.ahead_state import ahead_to_json
 
 log = logging.getLogger(__name__)
@@ -96,7 +96,7 @@ def _mixer_and_ahead(run: Run, step: int, wait: bool,
 
 def step_start(run: Run) -> tuple[dict, dict]:
     """The mixer's and the RNG's states before a synchronous step draws its prompts: the
-    state of the step before, should this one stop half way (`rlvr.stopping`)."""
+    state of the step before, should this one stop half way (`rlvr.run.stopping`)."""
     return run.source.mixer_state(), capture_rng()
 
 

@@ -1,4 +1,4 @@
-"""The training loop, readable top to bottom: `train` builds the run (`rlvr.build`), then
+"""The training loop, readable top to bottom: `train` builds the run (`rlvr.run.build`), then
 repeats `one_training_step`.
 
 One step: sample prompts, generate a group per prompt, score (the `EpisodeSource`), compute
@@ -19,14 +19,15 @@ from rlvr.algorithm.importance import RhoCorrection
 from rlvr.algorithm.mini_batches import mini_batch_count, split_mini_batches
 from rlvr.algorithm.losses import (LossParams, PolicyLoss, normalization_unit,
                                    summarize_loss_metrics)
-from rlvr.build import Run, StartPlan, build_run
+from rlvr.run.build import Run, StartPlan, build_run
 from rlvr.checkpoint import save_final_model, save_model_checkpoint
 from rlvr.checkpoint.state import save_state
 from rlvr.config import Config
 from rlvr.device import HOST, release_cached_memory
-from rlvr.faults import engine_fault
-from rlvr.input_checks import verifiers_used
-from rlvr.interrupts import ResumeRefused, StopOnSignal, TrainingInterrupted
+from rlvr.run.faults import engine_fault
+from rlvr.run.input_checks import verifiers_used
+from rlvr.run.errors import ResumeRefused, TrainingInterrupted
+from rlvr.run.interrupts import StopOnSignal
 from rlvr.learner import MiniBatch, UpdateResult
 from rlvr.metrics import StepTimer, learner_throughput
 from rlvr.metrics.distributions import step_distributions
@@ -40,8 +41,8 @@ from rlvr.producer.training_batch import BatchSettings, build_training_batch
 from rlvr.rewards.canary import run_canary
 from rlvr.rollout.seeds import derive_seed
 # Taking and putting back a run's state, and stopping a run on purpose, each a module of its own.
-from rlvr.run_state import capture_state, restore_state, step_start, sync_weights
-from rlvr.stopping import (Streaks, UnsyncedStep, check_health, check_streaks,
+from rlvr.run.state import capture_state, restore_state, step_start, sync_weights
+from rlvr.run.stopping import (Streaks, UnsyncedStep, check_health, check_streaks,
                            note_verification, stop_between_steps, stop_if_engine_fault)
 from rlvr.types import PackedBatch, Sample
 
@@ -325,7 +326,7 @@ MAX_STALE_BATCHES_IN_A_ROW = 4
 def _finish_step(run: Run, stop: StopOnSignal, step: int, metrics: dict[str, float],
                  streaks: Streaks) -> None:
     """Eval, checkpoints, logging, the state and the streak checks after a step
-    (`rlvr.stopping`)."""
+    (`rlvr.run.stopping`)."""
     cfg = run.cfg
     if _due(cfg.eval.local_eval_every, step, cfg.num_training_steps):
         try:
@@ -350,7 +351,7 @@ def _finish_step(run: Run, stop: StopOnSignal, step: int, metrics: dict[str, flo
         save_state(capture_state(run, step, wait=stop.signum is None,
                                  should_stop=lambda: stop.signum is not None),
                    run.state_dir, cfg.checkpoint.keep_last_n_states)
-    check_health(run, step, metrics, streaks)  # warnings, and stops (`rlvr.health`)
+    check_health(run, step, metrics, streaks)  # warnings, and stops (`rlvr.run.health`)
     if stop.signum is not None and step < cfg.num_training_steps:
         raise TrainingInterrupted(stop.signum, step, str(run.state_dir), saved=not skipped)
 

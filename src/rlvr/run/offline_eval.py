@@ -3,7 +3,7 @@ scores it, so the base model and every checkpoint of a run are measured alike.
 
 What it is: from a config (its `model.name_or_path` replaced by the model given: a built-in name,
 a Hugging Face directory, or a run's `checkpoints/step_*` / `final`), build only what evaluation
-needs (prompts and tokenizer through `rlvr.build.build_data`, one engine in this process per
+needs (prompts and tokenizer through `rlvr.run.build.build_data`, one engine in this process per
 `rollout.engine`, the verifier scorer), run the same `rlvr.producer.evaluation.Evaluator` as the
 training loop (the config's workflow plays each episode, its tools and turns included), print a
 table per eval set and write the results atomically (into `experiment.output_dir/eval/`, never
@@ -23,12 +23,12 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from rlvr.build import build_data, plan_devices, prepare_process
-from rlvr.settings import engine_settings, eval_settings, scorer_settings
+from rlvr.run.build import build_data, plan_devices, prepare_process
+from rlvr.run.settings import engine_settings, eval_settings, scorer_settings
 from rlvr.checkpoint import write_text_atomic
 from rlvr.config import Config, ConfigError
 from rlvr.console import phase
-from rlvr.input_checks import check_code_sandbox
+from rlvr.run.input_checks import check_code_sandbox
 from rlvr.models import TRUST_REMOTE_CODE
 from rlvr.producer.evaluation import EvalResult, Evaluator
 from rlvr.rewards.scorer import RewardScorer

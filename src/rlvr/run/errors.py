@@ -1,12 +1,11 @@
-"""Stopping a run cleanly: SIGINT/SIGTERM finish the current step, the trainer saves the state
-and exits non-zero saying how to resume; a second signal stops at once. Also the errors that end
-a run on purpose.
+"""The exceptions that end a run on purpose, each with its documented exit code (docs/faults.md)
+chosen by `rlvr.cli`. A leaf module: it imports nothing of rlvr, so any part may raise these
+without importing the loop.
 """
 
 from __future__ import annotations
 
 import signal
-from types import FrameType
 
 
 class TrainingInterrupted(Exception):
@@ -53,7 +52,7 @@ class NoLearningSignal(RuntimeError):
 
 
 class RunUnhealthy(RuntimeError):
-    """A health gate that marks a run as surely wasted (`rlvr.health`: the engine samples from
+    """A health gate that marks a run as surely wasted (`rlvr.run.health`: the engine samples from
     another policy than the learner trains) held for `health.stop_after_steps` steps; the
     state is saved, and the message names the signal, its value, its bound and the causes."""
 
@@ -91,28 +90,3 @@ class SlurmJobFailed(RuntimeError):
     def __init__(self, message: str, exit_code: int):
         super().__init__(message)
         self.exit_code = exit_code
-
-
-class StopOnSignal:
-    """Context manager: the first SIGINT/SIGTERM sets `signum`; handlers restored on exit."""
-
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-    def __init__(self) -> None:
-        self.signum: int | None = None
-        self._previous: dict[int, object] = {}
-
-    def _handle(self, signum: int, frame: FrameType | None) -> None:
-        if self.signum is not None:  # asked twice: stop now
-            signal.signal(signum, signal.SIG_DFL)
-            signal.raise_signal(signum)
-        self.signum = signum
-
-    def __enter__(self) -> "StopOnSignal":
-        for sig in self.SIGNALS:
-            self._previous[sig] = signal.signal(sig, self._handle)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)

@@ -3,9 +3,9 @@ exists, the verifiers the data names load and can be called, a judge is configur
 ask for one, the chat template writes turns for a multi-turn workflow, the code sandbox can
 isolate where answers' code runs, the run's directories can be made, and the longest sequence
 fits the model's positions (read from its config.json, not its weights). Each raises
-ConfigError naming the field; `rlvr.build` runs them before any model loads, and launchers
+ConfigError naming the field; `rlvr.run.build` runs them before any model loads, and launchers
 whose trainer runs elsewhere run them before writing a job's files
-(`rlvr.build.check_run_inputs`).
+(`rlvr.run.build.check_run_inputs`).
 """
 
 from __future__ import annotations

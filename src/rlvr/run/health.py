@@ -8,7 +8,7 @@ so it costs a few additions per step and is tested on rows made by hand.
 - `reward_vs_heldout`, `length_growth`, `shaping_carries_reward` (warnings): reward hacking;
 - `entropy_collapse`, `clip_fraction`, `verifier_errors` (warnings): collapse.
 
-What it is not: acting on a finding (warning, saving the state, stopping: `rlvr.stopping.
+What it is not: acting on a finding (warning, saving the state, stopping: `rlvr.run.stopping.
 check_health`, which also holds the stops for every group solved or none, exit 6, and for a
 verifier failing every sample, exit 5), nor computing the signals (the learner, the producer
 and the scorer log them as metrics).

@@ -6,14 +6,14 @@ nothing:
   wherever it sits in the exception's chain (a workflow wraps an episode's error);
 - `verification_failure`: a step whose every sample failed its verifier (an error or a time
   limit): such a step teaches nothing, and several in a row are a broken verifier.
-What it is not: the stopping itself (`rlvr.trainer`), or the exit codes (`rlvr.cli`).
+What it is not: the stopping itself (`rlvr.run.loop`), or the exit codes (`rlvr.cli`).
 """
 
 from __future__ import annotations
 
 from rlvr.distributed.engine_group import EngineGroupError
 from rlvr.distributed.learner_group import LearnerGroupError
-from rlvr.interrupts import EngineUnavailable
+from rlvr.run.errors import EngineUnavailable
 from rlvr.producer.groups import Episodes
 from rlvr.serving.client import ServerError
 

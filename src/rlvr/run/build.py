@@ -1,9 +1,9 @@
 """From a config to the parts of a run: data, tokenizer, learner, engine, verifiers, episode
 source, metric sinks, and the saved state to resume from. `build_run` does it in an order that
 fails fast: names are checked against the registries and data rows are validated before any
-model loads. Each part gets only its own settings record (`rlvr.settings`).
+model loads. Each part gets only its own settings record (`rlvr.run.settings`).
 
-Not here: what happens each step (`rlvr.trainer`).
+Not here: what happens each step (`rlvr.run.loop`).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from rlvr.device import (HOST, ONE_GPU_PER_RANK_FIX, DeviceUnavailable, cluster_
 from rlvr.distributed.data_prep import DataPrepActor
 from rlvr.distributed.engine_group import EngineGroup
 from rlvr.distributed.trainer_learner import GroupLearner
-from rlvr.input_checks import (check_code_sandbox, check_custom_verifiers,
+from rlvr.run.input_checks import (check_code_sandbox, check_custom_verifiers,
                                check_judge_configured, check_position_limit,
                                check_registered_names, check_run_paths, check_template_turns)
 from rlvr.learner import Learner, LearnerProtocol
@@ -50,7 +50,7 @@ from rlvr.producer.source import EpisodeSource
 from rlvr.rewards.scorer import RewardScorer
 from rlvr.rollout import RolloutEngine, create_engine
 from rlvr.rollout.base import resolve_engine_name
-from rlvr.settings import (actor_threads, engine_settings, eval_settings, learner_settings,
+from rlvr.run.settings import (actor_threads, engine_settings, eval_settings, learner_settings,
                            lora_settings, scorer_settings, source_settings)
 
 log = logging.getLogger(__name__)
@@ -75,7 +75,7 @@ class Run:
     start_step: int = 0  # the step a resumed run continues after
     history: list[dict[str, float]] = field(default_factory=list)
     resume_from: TrainingState | None = None  # the saved state `train` restores first
-    # An asynchronous run's producer thread, while it runs (`rlvr.trainer`): training states
+    # An asynchronous run's producer thread, while it runs (`rlvr.run.loop`): training states
     # hold the batches it made ahead.
     producer: RolloutProducer | None = None
     # Weight updates so far, the version the engines hold (0: the initial weights). Staleness

@@ -2,7 +2,7 @@
 source's, the scorer's, the evaluator's. A part receives only its record, never the config
 tree; a record's fields keep the config's names where they are the same setting.
 
-Not here: building the parts (`rlvr.build`), the config itself (`rlvr.config`).
+Not here: building the parts (`rlvr.run.build`), the config itself (`rlvr.config`).
 """
 
 from __future__ import annotations

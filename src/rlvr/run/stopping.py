@@ -8,10 +8,10 @@
   sample failing its verifier (`note_verification`; exit 5), both `check_streaks`; no
   learning signal at all, no sample with a non-zero advantage (`check_learning_signal`;
   exit 6);
-- a health gate that marks the run as surely wasted (`check_health`, `rlvr.health`: engine
+- a health gate that marks the run as surely wasted (`check_health`, `rlvr.run.health`: engine
   and learner disagree on the logprobs of the same tokens); exit 9. The other gates warn.
-What it is not: recognising an engine fault or a failed verification (`rlvr.faults`), the exit
-codes (`rlvr.cli`), or taking the state (`rlvr.run_state`).
+What it is not: recognising an engine fault or a failed verification (`rlvr.run.faults`), the exit
+codes (`rlvr.cli`), or taking the state (`rlvr.run.state`).
 """
 
 from __future__ import annotations
@@ -20,23 +20,24 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from rlvr.build import Run
+from rlvr.run.build import Run
 from rlvr.checkpoint import save_model_checkpoint
 from rlvr.checkpoint.state import save_state
 from rlvr.checkpoint.state import list_states
-from rlvr.faults import engine_fault, in_chain, learner_fault, verification_failure
-from rlvr.health import read_gates
-from rlvr.interrupts import (EngineLost, LearnerLost, NoLearningSignal, NumericalFault,
-                             RunUnhealthy, StopOnSignal, TrainingInterrupted, VerifierFault)
+from rlvr.run.faults import engine_fault, in_chain, learner_fault, verification_failure
+from rlvr.run.health import read_gates
+from rlvr.run.errors import (EngineLost, LearnerLost, NoLearningSignal, NumericalFault,
+    RunUnhealthy, TrainingInterrupted, VerifierFault)
+from rlvr.run.interrupts import StopOnSignal
 from rlvr.producer.groups import Episodes
-from rlvr.run_state import capture_state, has_state
+from rlvr.run.state import capture_state, has_state
 
 log = logging.getLogger(__name__)
 
 
 def stop_if_engine_fault(run: Run, step: int, error: Exception, step_done: bool = False,
                          at_start: tuple[dict, dict] | None = None) -> None:
-    """Re-raise `error`, unless an engine fault is behind it (`rlvr.faults.engine_fault`: no
+    """Re-raise `error`, unless an engine fault is behind it (`rlvr.run.faults.engine_fault`: no
     server left, one hung or answering garbage, an engine actor dead): then stop as
     `stop_after_engine_loss` does; or the prompts ran out (`NoLearningSignal` from the mixer:
     every prompt retired as solved): then the last good state is saved first, as for the
@@ -69,7 +70,7 @@ class UnsyncedStep(Exception):
 
 def keep_unsynced_step(run: Run, step: int, metrics: dict[str, float]) -> None:
     """Log the step whose sync failed and write its model checkpoint if one is due, as
-    `rlvr.trainer` does after a step (its eval cannot run: the engine is gone). The state saved next is
+    `rlvr.run.loop` does after a step (its eval cannot run: the engine is gone). The state saved next is
     this step's, so a resume starts after it: without this its record and checkpoint were
     lost for good."""
     cfg = run.cfg
@@ -223,7 +224,7 @@ def _no_signal_message(run: Run, step: int, streaks: Streaks, limit: int) -> str
 
 def check_health(run: Run, step: int, metrics: dict[str, float], streaks: Streaks) -> None:
     """The run's health after step `step`, its row the last of `run.history`: the
-    learning-signal stop (`check_learning_signal`), then every gate of `rlvr.health`, each
+    learning-signal stop (`check_learning_signal`), then every gate of `rlvr.run.health`, each
     crossed one a warning, and a gate that marks the run as wasted a stop with the step's
     state saved (`RunUnhealthy`, exit 9). Called once per step, after the state due is saved."""
     check_learning_signal(run, step, metrics, streaks)

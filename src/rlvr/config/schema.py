@@ -23,6 +23,11 @@ class ExperimentConfig:
     seed: int = 1  # seeds python, numpy, torch and the engine's sampler
     output_dir: str = "runs/rlvr"  # metrics.jsonl, config.yaml, checkpoints go here
     total_episodes: int = 256  # samples (prompt x completion) to train on; sets the step count
+    # Modules imported in every process the run starts (the trainer, learner ranks and Ray
+    # actors, verifier workers, servers) before any name is looked up, so what they register
+    # (losses, verifiers, workflows, engines...) is there wherever it is named. A module path
+    # importable from the run's working directory or PYTHONPATH, e.g. my_project.rewards.
+    plugins: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -9,21 +9,14 @@ import re
 import string
 from pathlib import Path
 
-from rlvr.config.ranges import range_errors
+from rlvr.config.ranges import choice_errors, range_errors
 from rlvr.config.schema import (ConfigError, DataSourceConfig, JudgeConfig, RewardsConfig,
                                 RolloutConfig, Config)
 
 
-def _choice(errors: list[str], name: str, value: object, allowed: set | list) -> None:
-    if value not in allowed:
-        errors.append(f"{name}={value!r} is not one of {sorted(allowed)}")
-
-
 def _check_distributed(errors: list[str], cfg: Config) -> None:
     d = cfg.distributed
-    _choice(errors, "distributed.launcher", d.launcher, {"local", "ray", "slurm"})
     _check_remote(errors, cfg)
-    _choice(errors, "distributed.sharding", d.sharding, {"none", "ddp", "fsdp"})
     if cfg.world_size < 1:  # each count's range is checked with every number's
         errors.append(f"distributed.num_learners_per_node={d.num_learners_per_node} needs at "
                       "least one learner")
@@ -62,7 +55,6 @@ def _check_distributed(errors: list[str], cfg: Config) -> None:
 
 def _check_remote(errors: list[str], cfg: Config) -> None:
     r, d = cfg.rollout, cfg.distributed
-    _choice(errors, "rollout.weight_update", r.weight_update, {"disk", "broadcast"})
     if r.engine != "remote":
         if r.server_addresses:
             errors.append(f"rollout.server_addresses={list(r.server_addresses)} needs "
@@ -210,7 +202,6 @@ def _check_judge(errors: list[str], j: JudgeConfig) -> None:
     if j.engine == "openai" and not j.base_url.startswith(("http://", "https://")):
         errors.append(f"rewards.judge.base_url={j.base_url!r}: rewards.judge.engine=openai "
                       "needs the endpoint's http(s) URL, e.g. http://127.0.0.1:8000/v1")
-    _choice(errors, "rewards.judge.dtype", j.dtype, {"auto", "float32", "bfloat16"})
     if j.rubric is not None:
         try:
             used = {name.split("[")[0].split(".")[0]
@@ -412,9 +403,8 @@ def config_problems(cfg: Config) -> list[str]:
     """Every problem of the config's values and of their combinations, each naming its
     fields."""
     # Every number finite and in its range (`rlvr.config.ranges`); the rules below relate them.
-    errors: list[str] = range_errors(cfg)
+    errors: list[str] = range_errors(cfg) + choice_errors(cfg)
     e, r, a = cfg.experiment, cfg.rollout, cfg.algorithm
-    _choice(errors, "algorithm.kl_estimator", a.kl_estimator, {0, 1, 2, 3})
     if a.beta > 0 and a.kl_estimator == 0:
         # d's gradient as a loss is beta * grad logp, which averages to 0 over tokens the
         # policy sampled: the penalty would train nothing (`rlvr.algorithm.kl`).
@@ -422,20 +412,13 @@ def config_problems(cfg: Config) -> list[str]:
                       "adds no gradient in expectation, so the run would train without a KL "
                       "penalty; use 1 or 3 (gradient of KL(policy || ref)) or 2 (of KL(ref || "
                       "policy), as GRPO); every estimator is logged as objective/kl{0..3}_avg")
-    _choice(errors, "algorithm.rho_mask", a.rho_mask,
-            {"none", "token", "sequence", "sequence_truncate", "sequence_token"})
     _check_rho(errors, cfg)
     _check_rewards(errors, cfg.rewards)
     _check_async(errors, cfg)
-    _choice(errors, "model.dtype", cfg.model.dtype, {"float32", "bfloat16"})
-    _choice(errors, "model.device", cfg.model.device, {"auto", "cpu", "cuda"})
-    _choice(errors, "model.attn_implementation", cfg.model.attn_implementation,
-            {"auto", "sdpa", "eager", "flex", "varlen", "flash_attention_2"})
     if a.share_prompts and cfg.model.attn_implementation in ("varlen", "flash_attention_2"):
         errors.append(f"algorithm.share_prompts=true packs responses after a shared prompt, which "
                       f"model.attn_implementation={cfg.model.attn_implementation} (whole "
                       "sequences only) cannot confine: use sdpa, eager, flex or auto")
-    _choice(errors, "checkpoint.state_format", cfg.checkpoint.state_format, {"full", "sharded"})
     path_errors = len(errors)
     _check_paths(errors, cfg)
     if len(errors) == path_errors:  # it resolves both paths, which a NUL byte cannot be
@@ -445,11 +428,6 @@ def config_problems(cfg: Config) -> list[str]:
     _check_lora(errors, cfg)
     _check_schedule(errors, cfg.optimizer)
     _check_health(errors, cfg.health)
-    _choice(errors, "rollout.dtype", r.dtype, {"auto", "float32", "bfloat16"})
-    _choice(errors, "rollout.transformers_decode", r.transformers_decode,
-            {"auto", "static", "dynamic"})
-    _choice(errors, "data.on_bad_row", cfg.data.on_bad_row, {"error", "skip"})
-    _choice(errors, "logging.wandb_mode", cfg.logging.wandb_mode, {"online", "offline", "disabled"})
     if a.beta > 0 and a.load_ref_policy is False:
         errors.append(f"algorithm.beta={a.beta} > 0 needs the reference: "
                       "algorithm.load_ref_policy=true or null")
@@ -462,7 +440,6 @@ def config_problems(cfg: Config) -> list[str]:
     if a.overlong_buffer > r.response_length:
         errors.append(f"algorithm.overlong_buffer={a.overlong_buffer} must be in "
                       f"[0, rollout.response_length={r.response_length}]")
-    _choice(errors, "algorithm.packing", a.packing, {"in_order", "first_fit_decreasing"})
     if cfg.data.max_prompt_length + r.response_length > a.pack_length:
         errors.append(
             f"algorithm.pack_length={a.pack_length} is shorter than data.max_prompt_length="

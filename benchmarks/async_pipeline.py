@@ -52,7 +52,7 @@ def seconds_per_step(rows: list[dict]) -> float:
 
 
 def layout(args) -> list[str]:
-    return ["distributed.launcher=ray", "rollout.vllm_num_engines=1"] if args.actors else []
+    return ["distributed.launcher=ray", "rollout.num_engines=1"] if args.actors else []
 
 
 def step_time(args, tmp: Path) -> None:

@@ -35,14 +35,16 @@ def child(engine_name: str, counts: list[int], samples: int, tokens: int, thread
 
     torch.set_num_threads(threads)
     from rlvr.models import load_tokenizer, resolve_model_dir
+    from rlvr.config.schema import VllmOptions
     from rlvr.rollout import EngineSettings, create_engine
     from rlvr.types import SamplingParams
 
     model_dir = resolve_model_dir("smollm2-135m-instruct")
     tokenizer = load_tokenizer(model_dir)
     start = time.perf_counter()
-    cfg = EngineSettings(vllm_kv_cache_gb=1.0, vllm_max_model_len=512,
-                         vllm_cpu_threads_bind=f"0-{threads - 1}" if threads > 1 else "0")
+    cfg = EngineSettings(engine_options={"vllm": VllmOptions(
+        kv_cache_gb=1.0, max_model_len=512,
+        cpu_threads_bind=f"0-{threads - 1}" if threads > 1 else "0")})
     engine = create_engine(engine_name, model_dir, cfg, (tokenizer.eos_token_id,),
                            tokenizer.pad_token_id)
     startup = time.perf_counter() - start

@@ -42,7 +42,7 @@ VARIANTS = {
     # Overlap on 2 cores (issue 19): one server bound to core 1, the learner on one thread,
     # generation of step t+1 while step t trains; against the same overlap in one process.
     "split_cores_async": ["rollout.engine=remote", "rollout.num_servers=1",
-                          "rollout.vllm_cpu_threads_bind=1", "model.num_threads=1",
+                          "rollout.vllm.cpu_threads_bind=1", "model.num_threads=1",
                           "rollout.async_steps=1"],
     "in_process_async": ["rollout.engine=vllm", "rollout.async_steps=1"],
 }

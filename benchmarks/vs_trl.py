@@ -34,7 +34,7 @@ def run_rlvr(args: argparse.Namespace) -> list[float]:
     steps = args.steps + 1
     cfg = load_config(None, [
         f"model.name_or_path={args.model}", "model.num_threads=1",
-        "rollout.vllm_cpu_threads_bind=0",  # vLLM, if it generates, on one core too
+        "rollout.vllm.cpu_threads_bind=0",  # vLLM, if it generates, on one core too
         f"experiment.output_dir={args.output_dir}/rlvr",
         f"experiment.total_episodes={steps * args.prompts * args.group}",
         f"rollout.num_unique_prompts_rollout={args.prompts}",

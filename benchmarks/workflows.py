@@ -30,6 +30,7 @@ def child(engine_name: str, episodes: int, tokens: int, repeats: int,
     from rlvr.models import load_tokenizer, resolve_model_dir
     from rlvr.producer.groups import RewardShaping
     from rlvr.rewards.scorer import RewardScorer
+    from rlvr.config.schema import VllmOptions
     from rlvr.rollout import EngineSettings, create_engine
     from rlvr.rollout.client import EngineClient, current_episode
     from rlvr.types import Prompt, SamplingParams
@@ -39,8 +40,8 @@ def child(engine_name: str, episodes: int, tokens: int, repeats: int,
     model_dir = resolve_model_dir(model)
     tok = load_tokenizer(model_dir)
     engine = create_engine(engine_name, model_dir,
-                           EngineSettings(vllm_kv_cache_gb=1.0, vllm_max_model_len=512,
-                                          vllm_cpu_threads_bind="0-1"),
+                           EngineSettings(engine_options={"vllm": VllmOptions(
+                               kv_cache_gb=1.0, max_model_len=512, cpu_threads_bind="0-1")}),
                            (tok.eos_token_id,), tok.pad_token_id)
     questions = [f"What is {a} + {b}? Answer with just the number."
                  for a in range(10) for b in range(10)][:episodes]

@@ -52,11 +52,11 @@ def test_wrong_type_names_the_field():
     (["distributed.launcher=slurm"], "distributed.launcher"),
     (["distributed.launcher=slurm", "rollout.engine=remote", "distributed.slurm.nodes=2",
       "distributed.num_learners_per_node=[2,1]"], "srun --ntasks-per-node"),
-    (["rollout.vllm_num_engines=1"], "distributed.launcher=ray"),
-    (["rollout.vllm_num_engines=-1"], "rollout.vllm_num_engines"),
+    (["rollout.num_engines=1"], "distributed.launcher=ray"),
+    (["rollout.num_engines=-1"], "rollout.num_engines"),
     (["distributed.launcher=ray", "distributed.data_prep_actor=true"],
      "distributed.data_prep_actor"),
-    (["rollout.vllm_tensor_parallel_size=2", "rollout.engine=transformers"], "rollout.engine=vllm"),
+    (["rollout.tensor_parallel_size=2", "rollout.engine=transformers"], "rollout.engine=vllm"),
     (["algorithm.kl_estimator=7"], "algorithm.kl_estimator"),
     # Estimator 0's gradient averages to 0: a penalty in name only.
     (["algorithm.beta=0.1", "algorithm.kl_estimator=0"], "algorithm.kl_estimator=0 with"),
@@ -72,11 +72,11 @@ def test_wrong_type_names_the_field():
     (["rewards.additive_format_reward=true"], "rewards.apply_r1_style_format_reward"),
     (["rollout.async_steps=-1"], "rollout.async_steps"),
     (["rollout.inflight_updates=true"], "rollout.inflight_updates"),
-    (["rollout.engine=vllm", "rollout.vllm_max_model_len=64"], "rollout.vllm_max_model_len"),
+    (["rollout.engine=vllm", "rollout.vllm.max_model_len=64"], "rollout.vllm.max_model_len"),
     (["model.device=tpu"], "model.device"),
     (["model.attn_implementation=flash_attention_3"], "model.attn_implementation"),
     (["checkpoint.state_format=zip"], "checkpoint.state_format"),
-    (["rollout.vllm_gpu_memory_utilization=1.5"], "rollout.vllm_gpu_memory_utilization"),
+    (["rollout.vllm.gpu_memory_utilization=1.5"], "rollout.vllm.gpu_memory_utilization"),
     (["rollout.weight_sync_bucket_mb=0"], "rollout.weight_sync_bucket_mb"),
     (["algorithm.max_tokens_per_micro_batch=512", "algorithm.pack_length=1024"],
      "algorithm.max_tokens_per_micro_batch"),
@@ -84,7 +84,7 @@ def test_wrong_type_names_the_field():
     (["rollout.colocate=true"], "rollout.engine=vllm"),
     (["rollout.colocate=true", "rollout.engine=vllm", "rollout.async_steps=1"],
      "rollout.async_steps=0"),
-    (["rollout.colocate=true", "rollout.engine=vllm"], "vllm_gpu_memory_utilization <= 0.7"),
+    (["rollout.colocate=true", "rollout.engine=vllm"], "vllm.gpu_memory_utilization <= 0.7"),
     # states and model checkpoints share step_NNNNNN names: each would replace or delete the other
     (["experiment.output_dir=runs/x", "checkpoint.checkpoint_state_dir=runs/x/checkpoints"],
      "checkpoint.checkpoint_state_dir=runs/x/checkpoints collides with the model saves"),
@@ -194,3 +194,27 @@ def test_a_config_cannot_read_the_environment_through_a_resolver(tmp_path, monke
         load_config(None, ["data.train=[{name: '${oc.env:RLVR_TEST_SECRET}'}]"])
     # A reference to another field is not a resolver: still allowed.
     assert load_config(None, ["experiment.name=${experiment.seed}-run"]).experiment.name == "1-run"
+
+
+@pytest.mark.parametrize("old, new", [
+    ("rollout.vllm_num_engines", "rollout.num_engines"),
+    ("rollout.vllm_tensor_parallel_size", "rollout.tensor_parallel_size"),
+    ("rollout.vllm_kv_cache_gb", "rollout.vllm.kv_cache_gb"),
+])
+def test_an_old_name_is_refused_naming_its_new_one(tmp_path, old, new):
+    # rlvr.config.migration: in an override and in a YAML file (a saved run's config.yaml).
+    with pytest.raises(ConfigError, match=f"'{old}' in the command-line overrides was "
+                                          f"renamed: use {new}"):
+        load_config(None, [f"{old}=1"])
+    section, name = old.split(".")
+    path = tmp_path / "old.yaml"
+    path.write_text(f"{section}:\n  {name}: 1\n")
+    with pytest.raises(ConfigError, match=f"'{old}' in {path} was renamed: use {new}"):
+        load_config(path)
+
+
+def test_the_cli_exits_2_for_an_old_name(capsys):
+    from rlvr.cli import main
+
+    assert main(["config", "rollout.vllm_num_engines=2"]) == 2
+    assert "use rollout.num_engines" in capsys.readouterr().err

@@ -35,8 +35,8 @@ def test_sampled_eval_settings_load():
      ["data.eval[0]", "data.eval[1]", "'addition'", "label"]),
     (["data.eval=[{name: addition, label: a/b}]"], ["data.eval[0].label"]),
     (["data.train=[{name: addition, label: ''}]"], ["data.train[0].label"]),
-    (["rollout.engine=vllm", "rollout.vllm_max_model_len=256", "eval.response_length=200"],
-     ["rollout.vllm_max_model_len=256", "eval.response_length"]),
+    (["rollout.engine=vllm", "rollout.vllm.max_model_len=256", "eval.response_length=200"],
+     ["rollout.vllm.max_model_len=256", "eval.response_length"]),
 ])
 def test_bad_eval_settings_name_their_fields(overrides, named):
     with pytest.raises(ConfigError) as e:

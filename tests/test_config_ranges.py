@@ -75,7 +75,7 @@ def test_a_range_admits_what_it_says():
     ("optimizer.adam_eps=0", "optimizer.adam_eps=0.0 must be > 0"),
     ("optimizer.warm_up_steps=-3", "optimizer.warm_up_steps=-3 must be >= 0"),
     ("algorithm.overlong_penalty_factor=-1", "algorithm.overlong_penalty_factor=-1.0 must be"),
-    ("rollout.vllm_kv_cache_gb=0", "rollout.vllm_kv_cache_gb=0.0 must be > 0"),
+    ("rollout.vllm.kv_cache_gb=0", "rollout.vllm.kv_cache_gb=0.0 must be > 0"),
     ("model.num_threads=-2", "model.num_threads=-2 must be >= 0"),
     ("experiment.seed=-1", "experiment.seed=-1 must be in [0, 4294967295]"),
     ("logging.peak_flops=nan", "logging.peak_flops=nan must be > 0"),

@@ -18,7 +18,7 @@ import pytest
 
 from rlvr.console import (THIRD_PARTY_LEVELS, configure_logging, phase, quiet_third_party,
                           requested_level)
-from rlvr.rollout.vllm_engine import INSTALL_HINT, vllm_available
+from rlvr.rollout.vllm.engine import INSTALL_HINT, vllm_available
 
 CONFIG = str(Path(__file__).parents[1] / "configs" / "tiny.yaml")
 # What rlvr itself prints: its timestamped log lines and step lines, and the closing line.
@@ -100,8 +100,8 @@ def _console(*args: str, env: dict | None = None) -> list[str]:
 def test_a_vllm_run_prints_only_rlvr_lines(tmp_path):
     """The tiny run with vLLM, whose import and start printed most of the noise: every console
     line is rlvr's, the phases are announced, and the step lines carry metric names."""
-    lines = _console("train", CONFIG, "rollout.engine=vllm", "rollout.vllm_kv_cache_gb=0.05",
-                     "rollout.vllm_max_model_len=256", "rewards.num_workers=0",
+    lines = _console("train", CONFIG, "rollout.engine=vllm", "rollout.vllm.kv_cache_gb=0.05",
+                     "rollout.vllm.max_model_len=256", "rewards.num_workers=0",
                      "experiment.total_episodes=16", "logging.progress_bar=true",
                      f"experiment.output_dir={tmp_path / 'run'}", env={"RLVR_DEBUG": "0"})
     noise = [line for line in lines if not OURS.match(line)]

@@ -32,10 +32,10 @@ FACTORS: dict[str, dict[str, tuple[str, ...]]] = {
     },
     "engine": {
         "transformers": ("rollout.engine=transformers",),
-        "vllm": ("rollout.engine=vllm", "rollout.vllm_kv_cache_gb=0.05",
-                 "rollout.vllm_max_model_len=512"),
-        "remote": ("rollout.engine=remote", "rollout.vllm_kv_cache_gb=0.05",
-                   "rollout.vllm_max_model_len=512"),
+        "vllm": ("rollout.engine=vllm", "rollout.vllm.kv_cache_gb=0.05",
+                 "rollout.vllm.max_model_len=512"),
+        "remote": ("rollout.engine=remote", "rollout.vllm.kv_cache_gb=0.05",
+                   "rollout.vllm.max_model_len=512"),
     },
     "workflow": {
         "single_turn": (),

@@ -60,9 +60,9 @@ def test_engine_actors_get_their_tensor_parallel_gpus(fake_gpu_cluster, tiny_mod
 
 def test_the_plan_asks_one_gpu_per_learner_and_tp_per_engine(fake_gpu_cluster):
     cfg = load_config(TINY, ["distributed.launcher=ray", "distributed.num_learners_per_node=[2]",
-                             "rollout.vllm_num_engines=1", "rollout.engine=vllm",
-                             "rollout.vllm_tensor_parallel_size=2",
-                             "rollout.vllm_max_model_len=256"])
+                             "rollout.num_engines=1", "rollout.engine=vllm",
+                             "rollout.tensor_parallel_size=2",
+                             "rollout.vllm.max_model_len=256"])
     plan = plan_devices(cfg, cluster_gpus=4.0)
     assert (plan.type, plan.bf16, plan.gpus_per_learner, plan.gpus_per_engine) == (
         "cuda", True, 1, 2)
@@ -71,7 +71,7 @@ def test_the_plan_asks_one_gpu_per_learner_and_tp_per_engine(fake_gpu_cluster):
 
 def test_a_cluster_short_of_gpus_fails_at_start_naming_both(fake_gpu_cluster, tmp_path):
     cfg = load_config(TINY, ["distributed.launcher=ray", "distributed.num_learners_per_node=[2]",
-                             "rollout.vllm_num_engines=3", "rollout.engine=transformers",
+                             "rollout.num_engines=3", "rollout.engine=transformers",
                              "model.device=cuda", f"experiment.output_dir={tmp_path}"])
     with pytest.raises(ConfigError, match=r"needs 5 GPUs .* the Ray cluster has 4"):
         build_run(cfg)

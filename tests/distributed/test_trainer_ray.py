@@ -18,7 +18,7 @@ OVERRIDES = ["algorithm.filter_zero_std_samples=false", "eval.local_eval_every=0
              "logging.progress_bar=false", "checkpoint.save_freq=0", "model.num_threads=1"]
 ACTORS = ["distributed.launcher=ray", "distributed.num_learners_per_node=[2]",
           "distributed.sharding=fsdp", "distributed.collective_timeout_s=60",
-          "rollout.vllm_num_engines=1", "distributed.data_prep_actor=true"]
+          "rollout.num_engines=1", "distributed.data_prep_actor=true"]
 
 
 def _steps(run) -> list[dict]:
@@ -79,15 +79,15 @@ def test_learner_actors_resume_exactly_from_their_training_state(tmp_path, ray_s
 def test_vllm_engine_actor_takes_weights_broadcast_from_learner_rank_0(tmp_path, ray_session):
     """vLLM in an actor of its own, 2 FSDP2 learners: synchronous steps sample from the weights
     just broadcast, so the learners recompute the engine's logprobs exactly at every step."""
-    from rlvr.rollout.vllm_engine import INSTALL_HINT, vllm_available
+    from rlvr.rollout.vllm.engine import INSTALL_HINT, vllm_available
 
     if not vllm_available():
         pytest.skip(f"vLLM is not installed: {INSTALL_HINT}")
     run = train(load_config("configs/tiny.yaml", [
         f"experiment.output_dir={tmp_path}", *OVERRIDES, "distributed.launcher=ray",
         "distributed.num_learners_per_node=[2]", "distributed.collective_timeout_s=120",
-        "rollout.engine=vllm", "rollout.vllm_num_engines=1", "rollout.vllm_kv_cache_gb=0.05",
-        "rollout.vllm_max_model_len=256"]))
+        "rollout.engine=vllm", "rollout.num_engines=1", "rollout.vllm.kv_cache_gb=0.05",
+        "rollout.vllm.max_model_len=256"]))
     steps = [r for r in run.history if r["training_step"] > 0]
     assert len(steps) == 3
     for r in steps:

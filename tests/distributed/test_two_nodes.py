@@ -37,7 +37,7 @@ def test_one_learner_per_node_trains_with_an_engine_actor(tmp_path, two_nodes):
         "eval.local_eval_every=0", "algorithm.filter_zero_std_samples=false",
         "distributed.launcher=ray",
         "distributed.num_learners_per_node=[1,1]", "distributed.collective_timeout_s=60",
-        "rollout.vllm_num_engines=1"]))
+        "rollout.num_engines=1"]))
     nodes = run.learner.group.rank_nodes
     assert len(nodes) == 2 and len(set(nodes)) == 2, nodes  # one rank on each node
     steps = [r for r in run.history if r["training_step"] > 0]

@@ -58,8 +58,8 @@ def test_one_colocated_step_sleeps_vllm_for_the_update(tmp_path):
     out = tmp_path / "run"
     cfg = load_config(TINY, [f"experiment.output_dir={out}", "experiment.total_episodes=32",
                              "model.device=cuda", "rollout.engine=vllm", "rollout.colocate=true",
-                             "rollout.vllm_gpu_memory_utilization=0.3",
-                             "rollout.vllm_max_model_len=256", "eval.local_eval_every=0",
+                             "rollout.vllm.gpu_memory_utilization=0.3",
+                             "rollout.vllm.max_model_len=256", "eval.local_eval_every=0",
                              "algorithm.filter_zero_std_samples=false"])
     train(cfg)
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -81,9 +81,9 @@ def test_weights_reach_vllm_engine_actors_over_nccl(tmp_path):
     out = tmp_path / "run"
     cfg = load_config(TINY, [f"experiment.output_dir={out}", "experiment.total_episodes=48",
                              "model.device=cuda", "rollout.engine=vllm",
-                             "distributed.launcher=ray", "rollout.vllm_num_engines=1",
-                             "rollout.vllm_gpu_memory_utilization=0.5",
-                             "rollout.vllm_max_model_len=256", "rollout.weight_sync_bucket_mb=1",
+                             "distributed.launcher=ray", "rollout.num_engines=1",
+                             "rollout.vllm.gpu_memory_utilization=0.5",
+                             "rollout.vllm.max_model_len=256", "rollout.weight_sync_bucket_mb=1",
                              "eval.local_eval_every=0", "algorithm.filter_zero_std_samples=false"])
     train(cfg)
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]

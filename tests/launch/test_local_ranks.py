@@ -49,6 +49,6 @@ def test_servers_take_the_gpus_after_the_learner_ranks(monkeypatch, tmp_path):
                         lambda *a, **k: started.setdefault("visible", k["visible_devices"]))
     cfg = load_config(TINY, [f"experiment.output_dir={tmp_path}", "rollout.engine=remote",
                              "distributed.num_learners_per_node=[3]", "rollout.num_servers=2",
-                             "rollout.vllm_tensor_parallel_size=2"])
+                             "rollout.tensor_parallel_size=2"])
     _start_servers(cfg)
     assert started["visible"] == ["3,4", "5,6"]

@@ -173,7 +173,7 @@ def _rlvr(args: list[str], log: Path) -> subprocess.Popen:
 
 def _real_overrides(out: Path, port: int) -> list[str]:
     return [f"experiment.output_dir={out}", "rollout.engine=remote",
-            "rollout.vllm_kv_cache_gb=0.05", "rollout.vllm_max_model_len=512",
+            "rollout.vllm.kv_cache_gb=0.05", "rollout.vllm.max_model_len=512",
             f"rollout.server_port={port}", "rollout.server_startup_timeout_s=600",
             "logging.progress_bar=false"]
 

@@ -65,7 +65,7 @@ def test_one_cpu_node_runs_a_server_and_the_trainer_overlapping(tmp_path):
 
 def test_two_gpu_nodes_spread_servers_each_with_its_own_gpus(tmp_path):
     cfg = _cfg("distributed.slurm.nodes=2", "distributed.slurm.gpus_per_node=8",
-               "rollout.num_servers=3", "rollout.vllm_tensor_parallel_size=2",
+               "rollout.num_servers=3", "rollout.tensor_parallel_size=2",
                "rollout.server_port=9000", "distributed.slurm.partition=gpu",
                "distributed.slurm.sbatch_args=[--exclusive]")
     layout = job_layout(cfg)
@@ -95,7 +95,7 @@ def test_two_gpu_nodes_spread_servers_each_with_its_own_gpus(tmp_path):
 def test_learner_ranks_run_as_tasks_of_one_step_on_the_first_nodes(tmp_path):
     cfg = _cfg("distributed.slurm.nodes=3", "distributed.slurm.gpus_per_node=8",
                "distributed.num_learners_per_node=[4,4]", "rollout.num_servers=4",
-               "rollout.vllm_tensor_parallel_size=2")
+               "rollout.tensor_parallel_size=2")
     layout = job_layout(cfg)
     # 4 learners keep 4 GPUs on nodes 0 and 1: 4 free there, 8 on node 2; servers in turn.
     assert (layout.learner_nodes, layout.learners_per_node, layout.trainer_gpus) == (2, 4, 4)

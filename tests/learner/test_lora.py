@@ -5,6 +5,7 @@ and vLLM then give the learner's logprobs), adapter-only training state, dropout
 import pytest
 import torch
 
+from rlvr.config.schema import VllmOptions
 from rlvr.algorithm.losses import LossInputs, LossParams, compute_policy_loss
 from rlvr.algorithm.packing import SequenceToPack, pack_sequences
 from rlvr.learner import Learner, LearnerSettings
@@ -13,6 +14,7 @@ from rlvr.learner.lora import (LoraSettings, LoraTargetError, adapter_scales, ad
                                decoder_linear_modules, engine_weights, merge_adapter_weights,
                                merged_layout, parameter_counts, resolve_targets, wrap_lora)
 from rlvr.models import load_causal_lm
+from rlvr.rollout.weight_sync import sync_weights
 
 LAYER = "base_model.model.model.layers.1.self_attn.q_proj"  # the layer checked by hand
 PROMPTS = [[1, 90, 91, 92, 2, 1, 70], [1, 80, 81, 2, 1, 70, 71, 72, 73]]
@@ -207,13 +209,13 @@ def _trained_lora_learner(tiny_model_dir):
 
 def test_after_sync_the_transformers_engine_gives_the_learners_logprobs(tiny_model_dir,
                                                                         tiny_tokenizer):
-    from rlvr.rollout.transformers_engine import TransformersEngine
+    from rlvr.rollout.transformers.engine import TransformersEngine
 
     learner = _trained_lora_learner(tiny_model_dir)
     engine = TransformersEngine(load_causal_lm(tiny_model_dir), tiny_tokenizer,
                                 (tiny_tokenizer.eos_token_id,), tiny_tokenizer.pad_token_id)
     before, _ = _engine_vs_learner(engine, learner.policy)
-    learner.send_weights(engine, version=1)
+    sync_weights(learner, engine, version=1)
     local, from_engine = _engine_vs_learner(engine, learner.policy)
     torch.testing.assert_close(from_engine, local, atol=1e-4, rtol=0)
     assert engine.version == 1
@@ -223,17 +225,18 @@ def test_after_sync_the_transformers_engine_gives_the_learners_logprobs(tiny_mod
 def test_after_sync_vllm_gives_the_learners_logprobs(tiny_model_dir, tiny_tokenizer):
     from rlvr.rollout import create_engine
     from rlvr.rollout.base import EngineSettings
-    from rlvr.rollout.vllm_engine import INSTALL_HINT, vllm_available
+    from rlvr.rollout.vllm.engine import INSTALL_HINT, vllm_available
 
     if not vllm_available():
         pytest.skip(f"vLLM is not installed: {INSTALL_HINT}")
     learner = _trained_lora_learner(tiny_model_dir)
     # As tests/rollout/test_vllm_engine.py starts it: a small KV cache and context.
     engine = create_engine("vllm", tiny_model_dir,
-                           EngineSettings(vllm_kv_cache_gb=0.05, vllm_max_model_len=256),
+                           EngineSettings(engine_options={"vllm": VllmOptions(
+                               kv_cache_gb=0.05, max_model_len=256)}),
                            (tiny_tokenizer.eos_token_id,), tiny_tokenizer.pad_token_id)
     try:
-        learner.send_weights(engine, version=1)
+        sync_weights(learner, engine, version=1)
         local, from_engine = _engine_vs_learner(engine, learner.policy)
     finally:
         engine.close()

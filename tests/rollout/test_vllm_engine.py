@@ -4,10 +4,11 @@ forward pass, stop strings, seeds, and in-place weight updates. Skipped without 
 import pytest
 import torch
 
+from rlvr.config.schema import VllmOptions
 from rlvr.algorithm.packing import SequenceToPack, pack_sequences
 from rlvr.rollout.base import EngineSettings
 from rlvr.learner.forward import forward_logprobs
-from rlvr.rollout.vllm_engine import INSTALL_HINT, vllm_available
+from rlvr.rollout.vllm.engine import INSTALL_HINT, vllm_available
 from rlvr.types import SamplingParams
 
 pytestmark = [pytest.mark.skipif(not vllm_available(),
@@ -23,7 +24,8 @@ def engine(tiny_model_dir, tiny_tokenizer):
     from rlvr.rollout import create_engine
 
     # Small KV cache and context: the defaults are sized for real models.
-    cfg = EngineSettings(vllm_kv_cache_gb=0.05, vllm_max_model_len=256)
+    cfg = EngineSettings(engine_options={"vllm": VllmOptions(kv_cache_gb=0.05,
+                                                                     max_model_len=256)})
     eng = create_engine("vllm", tiny_model_dir, cfg, (tiny_tokenizer.eos_token_id,),
                         tiny_tokenizer.pad_token_id)
     yield eng
@@ -104,7 +106,7 @@ def test_tiny_config_trains_with_vllm_and_async_generation(tmp_path):
     out = tmp_path / "run"
     done = subprocess.run(
         [rlvr, "train", "configs/tiny.yaml", f"experiment.output_dir={out}",
-         "rollout.engine=vllm", "rollout.vllm_kv_cache_gb=0.05", "rollout.vllm_max_model_len=256",
+         "rollout.engine=vllm", "rollout.vllm.kv_cache_gb=0.05", "rollout.vllm.max_model_len=256",
          "rollout.async_steps=2", "rollout.inflight_updates=true",
          "experiment.total_episodes=64", "algorithm.filter_zero_std_samples=false",
          # fp32 on both sides, also on a CPU with native bf16 (where bf16 would be the
@@ -129,7 +131,7 @@ def test_both_engines_report_logprobs_over_the_top_p_nucleus(engine, tiny_model,
     # distribution. Score vLLM's samples with the transformers engine's sampler on the same
     # logits: the learner's full-distribution logprob plus -log(nucleus mass). Before, the
     # transformers engine reported the full-distribution value (+0.69 nats off at top_p=0.5).
-    from rlvr.rollout.transformers_engine import sample_tokens
+    from rlvr.rollout.transformers.engine import sample_tokens
 
     # The module's engine may hold weights an earlier test pushed: give it this model's.
     engine.update_weights(tiny_model.state_dict().items(), version=0)

@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 import pytest
 
-from rlvr.rollout.vllm_engine import INSTALL_HINT, vllm_available
+from rlvr.rollout.vllm.engine import INSTALL_HINT, vllm_available
 
 # The run's key as rlvr.serving.auth keeps it, written here with os alone so the server tests
 # also run against the code before the key existed (and show what it let through).
@@ -60,7 +60,7 @@ def vllm_server(tiny_model_dir, tmp_path_factory, vllm_run):
     env[KEY_FILE_ENV] = str(vllm_run.key_file)  # the key in a file, not on the command line
     cmd = [sys.executable, "-m", "rlvr.cli", "serve", tiny_model_dir,
            f"experiment.output_dir={vllm_run.output_dir}",
-           "rollout.vllm_kv_cache_gb=0.05", "rollout.vllm_max_model_len=1024",
+           "rollout.vllm.kv_cache_gb=0.05", "rollout.vllm.max_model_len=1024",
            # fp32 weights: the tests hold its logprobs to the learner's at fp32 tolerances, and
            # `rlvr serve` runs in its own process, out of reach of conftest's bf16 pin.
            "rollout.dtype=float32", "--port", "0",

@@ -31,7 +31,7 @@ def _check_distributed(errors: list[str], cfg: Config) -> None:
                       f"{d.slurm.nodes} nodes")
     r = cfg.rollout
     if d.launcher == "local" and cfg.world_size > 1 and r.engine == "vllm" \
-            and r.vllm_num_engines == 0:
+            and r.num_engines == 0:
         # Found by the composition matrix (docs/composition.md): the run hung at the engine.
         errors.append(f"rollout.engine=vllm runs vLLM in learner rank 0's process, which with "
                       f"distributed.num_learners_per_node={per_node} under the local launcher "
@@ -39,17 +39,17 @@ def _check_distributed(errors: list[str], cfg: Config) -> None:
                       "ever. Generate on inference servers (rollout.engine=remote, started by "
                       "the launcher) or engine actors (distributed.launcher=ray), or with "
                       "rollout.engine=transformers")
-    if r.vllm_num_engines > 0 and d.launcher != "ray":
-        errors.append(f"rollout.vllm_num_engines={r.vllm_num_engines} starts engine actors, "
+    if r.num_engines > 0 and d.launcher != "ray":
+        errors.append(f"rollout.num_engines={r.num_engines} starts engine actors, "
                       "which needs distributed.launcher=ray (0 keeps the engine in process)")
-    if d.data_prep_actor and (d.launcher != "ray" or r.vllm_num_engines < 1):
+    if d.data_prep_actor and (d.launcher != "ray" or r.num_engines < 1):
         errors.append("distributed.data_prep_actor=true feeds engine actors: it needs "
-                      "distributed.launcher=ray and rollout.vllm_num_engines >= 1")
-    if r.vllm_block_size % 16:
-        errors.append(f"rollout.vllm_block_size={r.vllm_block_size} must be a positive multiple "
+                      "distributed.launcher=ray and rollout.num_engines >= 1")
+    if r.vllm.block_size % 16:
+        errors.append(f"rollout.vllm.block_size={r.vllm.block_size} must be a positive multiple "
                       "of 16 (of 32 on CPU)")
-    if r.vllm_tensor_parallel_size > 1 and r.engine not in ("vllm", "remote", "auto"):
-        errors.append(f"rollout.vllm_tensor_parallel_size={r.vllm_tensor_parallel_size} needs "
+    if r.tensor_parallel_size > 1 and r.engine not in ("vllm", "remote", "auto"):
+        errors.append(f"rollout.tensor_parallel_size={r.tensor_parallel_size} needs "
                       f"rollout.engine=vllm or remote, not {r.engine!r}")
 
 
@@ -63,9 +63,9 @@ def _check_remote(errors: list[str], cfg: Config) -> None:
             errors.append(f"distributed.launcher=slurm runs generation on inference servers: "
                           f"set rollout.engine=remote (not {r.engine!r})")
         return
-    if r.vllm_num_engines:
-        errors.append(f"rollout.engine=remote generates on servers; rollout.vllm_num_engines="
-                      f"{r.vllm_num_engines} starts engine actors: set it to 0")
+    if r.num_engines:
+        errors.append(f"rollout.engine=remote generates on servers; rollout.num_engines="
+                      f"{r.num_engines} starts engine actors: set it to 0")
     if r.colocate:
         errors.append("rollout.colocate=true puts an in-process vLLM to sleep; with "
                       "rollout.engine=remote the servers own their devices: set it to false")
@@ -83,7 +83,7 @@ def _check_remote(errors: list[str], cfg: Config) -> None:
                       "line) or write D-HH:MM:SS (1-00:00:00)")
     if d.launcher == "slurm" and s.nodes >= 1 and s.gpus_per_node > 0:
         # Each learner keeps a GPU of its node (the first nodes); servers take what is left.
-        tp = max(r.vllm_tensor_parallel_size, 1)
+        tp = max(r.tensor_parallel_size, 1)
         learners = (list(d.num_learners_per_node) + [0] * s.nodes)[:s.nodes]
         fit = sum(max(s.gpus_per_node - n, 0) // tp for n in learners)
         if max(learners) > s.gpus_per_node:
@@ -104,8 +104,8 @@ def _check_async(errors: list[str], cfg: Config) -> None:
                       "generation no weights change while generating)")
     longest = cfg.data.max_prompt_length + cfg.episode_tokens
     # Servers a launcher starts get the same bound (`rlvr.launch.servers.server_settings`).
-    if r.engine in ("vllm", "remote", "auto") and r.vllm_max_model_len < longest:
-        errors.append(f"rollout.vllm_max_model_len={r.vllm_max_model_len} is below "
+    if r.engine in ("vllm", "remote", "auto") and r.vllm.max_model_len < longest:
+        errors.append(f"rollout.vllm.max_model_len={r.vllm.max_model_len} is below "
                       f"data.max_prompt_length + the episode's tokens (rollout.response_length"
                       f", x rollout.max_turns for multi-turn workflows) = {longest}")
 
@@ -134,17 +134,17 @@ def _check_gpu_settings(errors: list[str], cfg: Config) -> None:
         why = []
         if r.engine != "vllm":
             why.append(f"rollout.engine=vllm (not {r.engine!r}): only vLLM can sleep")
-        if r.vllm_num_engines != 0:
-            why.append(f"rollout.vllm_num_engines=0 (not {r.vllm_num_engines}): the colocated "
+        if r.num_engines != 0:
+            why.append(f"rollout.num_engines=0 (not {r.num_engines}): the colocated "
                        "engine lives in the learner's process")
         if r.async_steps != 0:
             why.append(f"rollout.async_steps=0 (not {r.async_steps}): a sleeping engine cannot "
                        "generate while the learner trains")
         if cfg.distributed.launcher != "local":
             why.append("distributed.launcher=local")
-        if r.vllm_gpu_memory_utilization > 0.7:
-            why.append(f"rollout.vllm_gpu_memory_utilization <= 0.7 (not "
-                       f"{r.vllm_gpu_memory_utilization}): while awake, vLLM's share and the "
+        if r.vllm.gpu_memory_utilization > 0.7:
+            why.append(f"rollout.vllm.gpu_memory_utilization <= 0.7 (not "
+                       f"{r.vllm.gpu_memory_utilization}): while awake, vLLM's share and the "
                        "learner's weights, gradients and Adam state (about 16 bytes per "
                        "parameter in fp32) must fit on the one device together")
         if why:
@@ -267,9 +267,9 @@ def _check_eval(errors: list[str], cfg: Config) -> None:
                       "greedy samples of a prompt are all the same answer; set "
                       "eval.temperature > 0 (e.g. 0.6) or eval.num_samples=1")
     r = cfg.rollout
-    if r.engine == "vllm" and r.vllm_max_model_len < cfg.data.max_prompt_length + \
+    if r.engine == "vllm" and r.vllm.max_model_len < cfg.data.max_prompt_length + \
             cfg.eval_response_length:
-        errors.append(f"rollout.vllm_max_model_len={r.vllm_max_model_len} is below "
+        errors.append(f"rollout.vllm.max_model_len={r.vllm.max_model_len} is below "
                       f"data.max_prompt_length + eval.response_length = "
                       f"{cfg.data.max_prompt_length + cfg.eval_response_length}")
     for section, sources in (("train", cfg.data.train), ("eval", cfg.data.eval)):

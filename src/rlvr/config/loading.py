@@ -23,6 +23,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from rlvr.config.checks import config_problems, validate
+from rlvr.config.migration import refuse_renamed, tree_keys
 from rlvr.config.paths import resolve_data_paths
 from rlvr.config.schema import Config, ConfigError
 
@@ -43,6 +44,8 @@ def load_config(paths: str | Path | list[str | Path] | None,
     for path in paths:
         merged = _merge_file(merged, path, errors)
     _check_override_syntax(overrides)
+    refuse_renamed((item.partition("=")[0] for item in overrides),
+                   " in the command-line overrides")
     if overrides:
         try:  # all at once: a merge costs ~10 ms, and tests load configs by the thousand
             merged = OmegaConf.merge(merged, OmegaConf.from_dotlist(list(overrides)))
@@ -102,6 +105,7 @@ def _merge_file(merged: DictConfig, path: str | Path, errors: list[str]) -> Dict
     time to find each field that fails (a merge is ~7 ms: not done for files that merge), its
     ConfigError appended to `errors` and the value left out."""
     loaded = _read_yaml(path)
+    refuse_renamed(tree_keys(OmegaConf.to_container(loaded, resolve=False)), f" in {path}")
     if "data" in loaded:  # its relative data paths mean the file's neighbours (config.paths)
         loaded = OmegaConf.create(resolve_data_paths(OmegaConf.to_container(loaded,
                                                                             resolve=False), path))

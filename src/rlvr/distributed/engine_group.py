@@ -1,7 +1,8 @@
 """The driver's handle on N engine actors, with the `RolloutEngine` surface the trainer uses.
 
 `generate` cuts the prompts into N contiguous shares, one per engine, and joins the answers in
-prompt order. Weights reach the engines by a torch.distributed broadcast (`weight_sync`), from
+prompt order. Weights reach the engines by a torch.distributed broadcast
+(`rlvr.rollout.weight_sync`, whose `sync_weights` picks the sender), from
 one of two senders:
 - learner rank 0 after gathering the shards (`receive_while`, driven by `GroupLearner`), so full
   weights never pass through the driver: the trainer's path;
@@ -25,9 +26,9 @@ from rlvr.distributed.actor_calls import ActorGroup
 from rlvr.distributed.engine_worker import Endpoint, EngineWorker
 from rlvr.distributed.ray_session import ensure_ray, free_endpoint, thread_env
 from rlvr.models import DTYPES
-from rlvr.rollout.base import EngineSettings
+from rlvr.rollout.base import EngineSettings, engine_record
 from rlvr.rollout.seeds import derive_seed
-from rlvr.rollout.weight_sync import DEFAULT_BUCKET_BYTES, BroadcastTransport, layout_of
+from rlvr.rollout.weight_sync.broadcast import DEFAULT_BUCKET_BYTES, BroadcastTransport, layout_of
 from rlvr.types import Completion, SamplingParams
 
 # Calls one engine actor runs at once: a generation, an evaluation, a weight receive, and one
@@ -81,8 +82,8 @@ class EngineGroup:
         self._attach([actor_cls.remote(engine_name, model_dir, cfg, eos_token_ids,
                                        pad_token_id, num_threads)
                       for _ in range(num_engines)], timeout_s,
-                     ranks_per_engine=cfg.vllm_tensor_parallel_size if engine_name == "vllm"
-                     else 1, bucket_bytes=bucket_bytes, weight_dtype=DTYPES[cfg.dtype])
+                     ranks_per_engine=engine_record(engine_name).receiving_ranks(cfg),
+                     bucket_bytes=bucket_bytes, weight_dtype=DTYPES[cfg.dtype])
         self._actors.call("ready", [()] * num_engines, "start", timeout_s=timeout_s)
 
     @classmethod
@@ -99,7 +100,8 @@ class EngineGroup:
         """The state both constructors set up. `weight_dtype`: the engines' weights, in which
         floating-point weights are broadcast (`wire_layout`); None: as the sender holds them."""
         self.num_engines, self.timeout_s = len(actors), timeout_s
-        # Each vLLM worker (one per tensor-parallel rank) receives weights as a rank of its own.
+        # Ranks per engine in the broadcast: more than one where each tensor-parallel worker
+        # receives for itself (`Engine.receiving_ranks`).
         self.ranks_per_engine, self.bucket_bytes = ranks_per_engine, bucket_bytes
         self.weight_dtype = weight_dtype
         self._transport: BroadcastTransport | None = None  # when this process is the sender

@@ -1,7 +1,7 @@
 """Inference servers as Ray actors (`distributed.launcher=ray`, `rollout.engine=remote`).
 
 Each server is a child process of one small actor, so Ray places it (on a node with
-`vllm_tensor_parallel_size` free GPUs, which Ray then shows it through CUDA_VISIBLE_DEVICES)
+`tensor_parallel_size` free GPUs, which Ray then shows it through CUDA_VISIBLE_DEVICES)
 and a killed actor takes its server with it (the parent-death signal of
 `rlvr.launch.servers`). Each server binds its node's address as Ray gives it (the interface
 the cluster uses, not every interface) and requires the run's key, which travels to its actor
@@ -72,7 +72,7 @@ class RayServers:
         gpu = device_type != HOST.type
         settings = server_settings(cfg, self.model_dir, device_type,
                                    cluster_bf16(device_type, cfg.model.bf16_autocast))
-        options = ({"num_gpus": r.vllm_tensor_parallel_size, "num_cpus": 1} if gpu
+        options = ({"num_gpus": r.tensor_parallel_size, "num_cpus": 1} if gpu
                    else {"num_cpus": 1})
         actor_cls = ray.remote(ServerActorBody)
         self.key = prepare_run_key(cfg.experiment.output_dir)

@@ -20,14 +20,17 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 
 from rlvr.config import Config, ConfigError
-from rlvr.rollout.remote_engine import server_addresses
+from rlvr.rollout import ENGINES
+from rlvr.rollout.remote.engine import server_addresses
 
 log = logging.getLogger(__name__)
 
 
 def needs_servers(cfg: Config) -> bool:
     """True when the run generates on servers and nobody gave their addresses."""
-    return cfg.rollout.engine == "remote" and not server_addresses(cfg.rollout.server_addresses)
+    engine = ENGINES.get(cfg.rollout.engine)  # None for `auto`, which never picks servers
+    return engine is not None and engine.uses_servers \
+        and not server_addresses(cfg.rollout.server_addresses)
 
 
 def with_servers(cfg: Config, addresses: list[str]) -> Config:
@@ -79,6 +82,9 @@ def _learner_ranks(cfg: Config, env) -> AbstractContextManager | None:
 
 def _follow(cfg: Config, env) -> None:
     from rlvr.distributed.ranks import follow
+    from rlvr.plugins import import_plugins
+
+    import_plugins(cfg.experiment.plugins)  # rank 0 names their losses (`rlvr.plugins`)
 
     if env.world_size != cfg.world_size:
         raise ConfigError(f"distributed.num_learners_per_node="
@@ -106,7 +112,7 @@ def _start_servers(cfg: Config) -> AbstractContextManager:
     settings = server_settings(cfg, model_dir, device, here.bf16_compute(cfg.model.bf16_autocast))
     key = prepare_run_key(cfg.experiment.output_dir)  # <output_dir>/server.key: the trainer's
     if device == "cuda":  # ---- GPU only: the learners keep GPUs 0..N-1, each server tp of its own
-        first, tp = cfg.world_size, r.vllm_tensor_parallel_size
+        first, tp = cfg.world_size, r.tensor_parallel_size
         return LocalServers(settings, r.num_servers, log_dir, r.server_port,
                             r.server_startup_timeout_s, key=key,
                             visible_devices=[",".join(str(first + i * tp + k) for k in range(tp))

@@ -4,7 +4,7 @@ started before training, healthy before the first request, stopped on every way 
 What it is: `server_settings` (a config's rollout section as `ServerSettings`, so `rlvr
 serve`, the local launcher and a Slurm step start identical servers) and `LocalServers`
 (N servers as child processes of this one).
-What it is not: the remote engine that uses them (`rlvr.rollout.remote_engine`).
+What it is not: the remote engine that uses them (`rlvr.rollout.remote.engine`).
 
 Every way out stops them: a normal end, an error, SIGINT/SIGTERM (the trainer turns the first
 into a clean stop, and `LocalServers.__exit__` runs), and the launcher dying outright (SIGKILL,
@@ -41,13 +41,13 @@ def server_settings(cfg: Config, model_dir: str, device: str, bf16: bool,
     r = cfg.rollout
     return ServerSettings(
         model=model_dir, host=host, port=port, dtype=engine_dtype(r.dtype, bf16),
-        max_model_len=r.vllm_max_model_len,
-        block_size=r.vllm_block_size, kv_cache_gb=r.vllm_kv_cache_gb,
-        gpu_memory_utilization=r.vllm_gpu_memory_utilization,
-        tensor_parallel_size=r.vllm_tensor_parallel_size,
-        enforce_eager=r.vllm_enforce_eager,
-        enable_prefix_caching=r.vllm_enable_prefix_caching, seed=cfg.experiment.seed,
-        device=device, cpu_threads_bind=r.vllm_cpu_threads_bind,
+        max_model_len=r.vllm.max_model_len,
+        block_size=r.vllm.block_size, kv_cache_gb=r.vllm.kv_cache_gb,
+        gpu_memory_utilization=r.vllm.gpu_memory_utilization,
+        tensor_parallel_size=r.tensor_parallel_size,
+        enforce_eager=r.vllm.enforce_eager,
+        enable_prefix_caching=r.vllm.enable_prefix_caching, seed=cfg.experiment.seed,
+        device=device, cpu_threads_bind=r.vllm.cpu_threads_bind,
         weights_dir=str((Path(cfg.experiment.output_dir) / "weight_updates").resolve()))
 
 

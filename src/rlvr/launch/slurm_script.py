@@ -45,7 +45,7 @@ class ServerStep:
     index: int
     node: int  # index into the job's nodes (`scontrol show hostnames`); 0 runs the trainer too
     port: int
-    gpus: int  # its step's --gres=gpu:N (vllm_tensor_parallel_size); 0 on CPU nodes
+    gpus: int  # its step's --gres=gpu:N (tensor_parallel_size); 0 on CPU nodes
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,7 @@ class JobFiles:
 def job_layout(cfg: Config) -> JobLayout:
     """Learner ranks on the first nodes (`distributed.num_learners_per_node`, the same count on
     each), servers spread over the nodes in turn; with GPUs, each learner keeps one GPU of its
-    node and a node without `vllm_tensor_parallel_size` free GPUs is skipped. Ports:
+    node and a node without `tensor_parallel_size` free GPUs is skipped. Ports:
     `server_port + i` (`DEFAULT_FIRST_PORT + i` when 0), distinct across the job so two servers
     never clash."""
     s, r = cfg.distributed.slurm, cfg.rollout
@@ -120,7 +120,7 @@ def job_layout(cfg: Config) -> JobLayout:
     learner_nodes = len(cfg.distributed.num_learners_per_node)
     per_node = cfg.distributed.num_learners_per_node[0]
     trainer_gpus = per_node if s.gpus_per_node else 0
-    tp = r.vllm_tensor_parallel_size if s.gpus_per_node else 0
+    tp = r.tensor_parallel_size if s.gpus_per_node else 0
     free = [s.gpus_per_node - (trainer_gpus if k < learner_nodes else 0)
             for k in range(s.nodes)]
     servers, node = [], 0
@@ -132,7 +132,7 @@ def job_layout(cfg: Config) -> JobLayout:
         else:
             raise ConfigError(
                 f"rollout.num_servers={r.num_servers} servers of rollout.vllm_tensor_parallel_"
-                f"size={r.vllm_tensor_parallel_size} GPUs do not fit on distributed.slurm.nodes="
+                f"size={r.tensor_parallel_size} GPUs do not fit on distributed.slurm.nodes="
                 f"{s.nodes} x gpus_per_node={s.gpus_per_node} (the learners keep one GPU "
                 "each)")
         free[node] -= tp

@@ -28,6 +28,8 @@ from rlvr.plan.records import (Calibration, LearnerCalibration, LinearCost, Memo
                                RolloutCalibration)
 from rlvr.producer.source import EpisodeSource
 from rlvr.rewards.scorer import RewardScorer
+from rlvr.rollout import ENGINES
+from rlvr.rollout.weight_sync import sync_weights
 from rlvr.run.settings import scorer_settings, source_settings
 from rlvr.run.loop import training_mini_batches
 
@@ -61,15 +63,20 @@ class MemoryWatch:
         return min(total, limit_gb * GIB) if limit_gb else total
 
 
+def _uses_servers(engine: str) -> bool:
+    record = ENGINES.get(engine)  # None for `auto`, which never picks servers
+    return record is not None and record.uses_servers
+
+
 def check_plannable(cfg: Config) -> None:
     """ConfigError for a run whose learner or engine would not live in this process."""
     d, r = cfg.distributed, cfg.rollout
     where = [what for what, yes in [
         (f"distributed.launcher={d.launcher}", d.launcher == "ray"),
         (f"{cfg.world_size} learner ranks", cfg.world_size > 1),
-        (f"rollout.vllm_num_engines={r.vllm_num_engines}", r.vllm_num_engines > 0),
-        ("rollout.engine=remote (inference servers)",
-         r.engine == "remote" or bool(r.server_addresses)),
+        (f"rollout.num_engines={r.num_engines}", r.num_engines > 0),
+        (f"rollout.engine={r.engine} (inference servers)",
+         _uses_servers(r.engine) or bool(r.server_addresses)),
         ("distributed.data_prep_actor", d.data_prep_actor)] if yes]
     if where:
         raise ConfigError("rlvr plan calibrates runs whose learner and engine share one "
@@ -108,13 +115,11 @@ def calibrate(cfg: Config, gen_tokens: int | None = None) -> Calibration:
                               if learner.reference is not None else 0.0),
             trainable_params=_bytes(learner.trainable),
             engine=max(after_build - before_engine, 0.0),
-            kv_cache=(cfg.rollout.vllm_kv_cache_gb * GIB
-                      if type(engine).__name__ == "VLLMEngine" and device.type == "cpu"
-                      else 0.0))
+            kv_cache=float(getattr(engine, "reserved_kv_cache_bytes", 0)))
         rollout = calibrate_rollout(cfg, data.train, engine, scorer, tokenizer, gen_tokens)
         learner_cal = calibrate_learner(cfg, learner, watch, memory)
         sync_start = time.perf_counter()
-        learner.send_weights(engine, 1)
+        sync_weights(learner, engine, 1)
         weight_sync_s = time.perf_counter() - sync_start
     finally:
         scorer.close()

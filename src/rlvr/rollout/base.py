@@ -1,15 +1,20 @@
 """The rollout engine protocol: token ids in, sampled token ids and their logprobs out.
 
 An engine knows nothing about rewards, chat templates or training; it samples continuations and
-accepts new weights. Engines register a factory by name so `rollout.engine` picks one.
+accepts new weights. Each engine lives in a subpackage of its own (`rlvr.rollout.transformers`,
+`rlvr.rollout.vllm`, `rlvr.rollout.remote`) and registers an `Engine` record by name, so
+`rollout.engine` picks one and the rest of the house asks the record what the engine can do
+(docs/engines.md: what a new engine implements). This module names no engine.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from pathlib import Path
-from typing import Callable, Iterable, Protocol, runtime_checkable
+from typing import Any, Callable, Iterable, Protocol, runtime_checkable
 
 import torch
 
@@ -31,14 +36,10 @@ class EngineSettings:
     transformers_decode: str = "auto"  # auto | static | dynamic (transformers engine)
     cuda_graphs: bool = True  # static decoding's step as a CUDA graph (transformers engine)
     inflight_updates: bool = False  # new weights may load between tokens of a generation
-    vllm_kv_cache_gb: float = 1.0
-    vllm_max_model_len: int = 1024
-    vllm_enable_prefix_caching: bool = True
-    vllm_block_size: int = 32
-    vllm_cpu_threads_bind: str = ""
-    vllm_tensor_parallel_size: int = 1
-    vllm_gpu_memory_utilization: float = 0.9
-    vllm_enforce_eager: bool = False
+    tensor_parallel_size: int = 1  # devices one engine spans
+    # Each engine's own options section of the rollout config (rollout.<engine>), by engine
+    # name; an engine reads its own and no other part reads any.
+    engine_options: Mapping[str, Any] = dataclass_field(default_factory=dict)
     colocate: bool = False  # the engine sleeps while a learner on its device trains
     weight_sync_bucket_mb: int = 512
     # Remote engine (rollout.engine=remote): inference servers over HTTP.
@@ -95,28 +96,100 @@ class SleepingEngine(RolloutEngine, Protocol):
 
 # Factory signature: (model_dir, engine settings, eos/stop token ids, pad id) -> engine.
 EngineFactory = Callable[[str, EngineSettings, tuple[int, ...], int], RolloutEngine]
-ENGINES: Registry[EngineFactory] = Registry("rollout.engine")
-register_engine = ENGINES.register
 
 
-AUTO = "auto"  # `rollout.engine=auto`: the fastest engine installed here
+def _usable() -> str | None:
+    return None
 
 
-def resolve_engine_name(name: str) -> str:
-    """The engine `rollout.engine` means: `auto` is vLLM where it is installed (the fast
-    engine), else the transformers engine, with the reason logged; other names as given."""
+def _one_rank(settings: EngineSettings) -> int:
+    return 1
+
+
+@dataclass(frozen=True)
+class Engine:
+    """What rlvr knows about one engine, registered under its name (`register_engine`): how to
+    build it and every question the rest of the house would otherwise answer with
+    `if engine == "<name>"`. Code outside the engine's subpackage asks the record
+    (`engine_record(name).can_sleep`), never the name.
+
+    - `factory`: builds the engine (`EngineFactory`).
+    - `available`: None where it can run here, else the reason it cannot (a missing package,
+      with its install command); `rollout.engine=auto` asks it, and a named engine that is
+      unavailable fails at start with this reason.
+    - `auto_preference`: `auto` takes the available engine with the lowest number; None: never
+      chosen by `auto` (remote servers, test engines) and only ever named.
+    - `beside_local_ranks`: can start in learner rank 0's process while the local launcher's
+      other ranks hold that process's default group (False: it would wait on that group).
+    - `tensor_parallel`: one engine may span several devices (`rollout.tensor_parallel_size`).
+    - `can_sleep`: a `SleepingEngine`, so `rollout.colocate` can share a GPU with the learner.
+    - `uses_servers`: generates on inference servers that a launcher may start for it.
+    - `receiving_ranks`: ranks one engine takes in a weight broadcast (each tensor-parallel
+      worker receiving for itself, or the engine's one process).
+    - `checks`: its own config checks, `(Config) -> [error, ...]`, for settings only it reads.
+    """
+
+    name: str
+    factory: EngineFactory
+    available: Callable[[], str | None] = _usable
+    auto_preference: int | None = None
+    beside_local_ranks: bool = True
+    tensor_parallel: bool = False
+    can_sleep: bool = False
+    uses_servers: bool = False
+    receiving_ranks: Callable[[EngineSettings], int] = _one_rank
+    checks: Callable[[Any], list[str]] | None = None
+
+
+ENGINES: Registry[Engine] = Registry("rollout.engine")
+
+
+def register_engine(name: str, **facts: Any) -> Callable[[EngineFactory], EngineFactory]:
+    """Decorator on an engine factory: registers `Engine(name, factory, **facts)` and returns
+    the factory unchanged. `@register_engine("mine")` alone gives an engine with the defaults
+    (always available, never chosen by `auto`, one process, no sleep, no servers)."""
+    def wrap(factory: EngineFactory) -> EngineFactory:
+        ENGINES.add(name, Engine(name, factory, **facts), defined_by=factory)
+        return factory
+
+    return wrap
+
+
+AUTO = "auto"  # `rollout.engine=auto`: the preferred engine that can run here
+
+
+def engine_record(name: str) -> Engine:
+    """The record of a registered engine (not `auto`: resolve it first)."""
+    return ENGINES.lookup(name)
+
+
+def resolve_engine_name(name: str,
+                        suits: Callable[[Engine], str | None] = lambda engine: None) -> str:
+    """The engine `rollout.engine` means: `auto` is the available engine with the lowest
+    `auto_preference` that also `suits` this run (a reason it does not, else None), every one
+    passed over logged with its reason; other names as given."""
     if name != AUTO:
         return name
-    from rlvr.rollout.vllm_engine import INSTALL_HINT, vllm_available
-
-    if vllm_available():
-        return "vllm"
-    log.warning("rollout.engine=auto: vLLM is not installed, so the transformers engine "
-                "generates (several times slower; %s)", INSTALL_HINT)
-    return "transformers"
+    candidates = sorted((e for e in ENGINES.values() if e.auto_preference is not None),
+                        key=lambda e: e.auto_preference)
+    passed_over = []
+    for engine in candidates:
+        reason = engine.available() or suits(engine)
+        if reason is None:
+            if passed_over:
+                log.warning("rollout.engine=auto: the %s engine generates (%s)", engine.name,
+                            "; ".join(passed_over))
+            return engine.name
+        passed_over.append(f"not {engine.name}: {reason}")
+    raise RuntimeError("rollout.engine=auto: no registered engine can run here ("
+                            + "; ".join(passed_over) + ")")
 
 
 def create_engine(name: str, model_dir: str | Path, cfg: EngineSettings,
                   eos_token_ids: tuple[int, ...], pad_token_id: int) -> RolloutEngine:
-    return ENGINES.lookup(resolve_engine_name(name))(str(model_dir), cfg, eos_token_ids,
-                                                     pad_token_id)
+    engine = engine_record(resolve_engine_name(name))
+    reason = engine.available()
+    if reason is not None:
+        # Not EngineUnavailable (an engine lost mid-run): nothing started, the setup is wrong.
+        raise RuntimeError(f"rollout.engine={engine.name}: {reason}")
+    return engine.factory(str(model_dir), cfg, eos_token_ids, pad_token_id)

@@ -49,7 +49,7 @@ from rlvr.producer.evaluation import Evaluator
 from rlvr.producer.source import EpisodeSource
 from rlvr.rewards.scorer import RewardScorer
 from rlvr.rollout import RolloutEngine, create_engine
-from rlvr.rollout.base import resolve_engine_name
+from rlvr.rollout.base import Engine, resolve_engine_name
 from rlvr.run.settings import (actor_threads, engine_settings, eval_settings, learner_settings,
                            lora_settings, scorer_settings, source_settings)
 
@@ -215,7 +215,7 @@ def build_run(cfg: Config, start: StartPlan | None = None) -> Run:
 
         r = cfg.rollout
         ensure_ray(cfg.distributed.ray_address or None,
-                   cfg.world_size + r.vllm_num_engines * r.vllm_tensor_parallel_size)
+                   cfg.world_size + r.num_engines * r.tensor_parallel_size)
         cluster_gpus = ray_gpus()
     devices = plan_devices(cfg, cluster_gpus)
     if devices.keep_host_memory and cfg.distributed.launcher != "ray":  # learner runs here
@@ -358,7 +358,7 @@ def _device_and_precision(cfg: Config, cluster_gpus: float | None) -> DevicePlan
                 f"{ONE_GPU_PER_RANK_FIX}")
         return DevicePlan(device.type, device.bf16_compute(m.bf16_autocast))
     learner_gpus = cfg.world_size
-    engine_gpus = r.vllm_num_engines * r.vllm_tensor_parallel_size
+    engine_gpus = r.num_engines * r.tensor_parallel_size
     wanted = learner_gpus + engine_gpus
     device_type = cluster_device_type(m.device, cluster_gpus)
     bf16 = cluster_bf16(device_type, m.bf16_autocast)
@@ -368,10 +368,10 @@ def _device_and_precision(cfg: Config, cluster_gpus: float | None) -> DevicePlan
         raise ConfigError(
             f"model.device={m.device}: the run needs {wanted} GPUs ({learner_gpus} learners "
             f"from distributed.num_learners_per_node={list(cfg.distributed.num_learners_per_node)}"
-            f" + rollout.vllm_num_engines={r.vllm_num_engines} x vllm_tensor_parallel_size="
-            f"{r.vllm_tensor_parallel_size}), but the Ray cluster has {cluster_gpus:g}")
+            f" + rollout.num_engines={r.num_engines} x tensor_parallel_size="
+            f"{r.tensor_parallel_size}), but the Ray cluster has {cluster_gpus:g}")
     return DevicePlan(device_type, bf16,
-                      gpus_per_learner=1, gpus_per_engine=r.vllm_tensor_parallel_size)
+                      gpus_per_learner=1, gpus_per_engine=r.tensor_parallel_size)
 
 
 def build_learner(cfg: Config, model_dir: str, policy: torch.nn.Module,
@@ -412,26 +412,34 @@ def build_learner(cfg: Config, model_dir: str, policy: torch.nn.Module,
     return GroupLearner(group, policy)
 
 
+def _anywhere(engine: Engine) -> str | None:
+    return None
+
+
+def _beside_local_ranks(engine: Engine) -> str | None:
+    if engine.beside_local_ranks:
+        return None
+    return ("it cannot start inside a learner rank's process group (rollout.engine=remote "
+            "runs it on servers)")
+
+
 def build_engine(cfg: Config, model_dir: str, eos_ids: tuple[int, ...],
                  pad_id: int, devices: DevicePlan) -> RolloutEngine:
-    """The engine in this process, or `rollout.vllm_num_engines` engine actors behind the same
+    """The engine in this process, or `rollout.num_engines` engine actors behind the same
     protocol."""
     r, settings = cfg.rollout, engine_settings(cfg, devices.type, devices.bf16)
-    if r.vllm_num_engines == 0:
-        name = r.engine
-        if name == "auto" and cfg.world_size > 1 and cfg.distributed.launcher == "local":
-            # vLLM in rank 0's process would wait for ever on the learners' process group (the
-            # config check refuses rollout.engine=vllm here; auto falls back, saying so).
-            log.warning("rollout.engine=auto with %d local learner ranks: the transformers "
-                        "engine generates (vLLM cannot start inside a learner rank's process "
-                        "group; rollout.engine=remote runs it on servers)", cfg.world_size)
-            name = "transformers"
+    if r.num_engines == 0:
+        # With local learner ranks the engine starts in rank 0's process, which already holds
+        # their process group: `auto` passes over an engine that would wait on it (the config
+        # check refuses naming one here).
+        among_ranks = cfg.world_size > 1 and cfg.distributed.launcher == "local"
+        name = resolve_engine_name(r.engine, _beside_local_ranks if among_ranks else _anywhere)
         return create_engine(name, model_dir, settings, eos_ids, pad_id)
     # Resolved here: the actors' tensor-parallel ranks depend on which engine it is.
-    return EngineGroup(r.vllm_num_engines, resolve_engine_name(r.engine), str(model_dir),
+    return EngineGroup(r.num_engines, resolve_engine_name(r.engine), str(model_dir),
                        settings, eos_ids, pad_id,
                        num_threads=actor_threads(cfg),
-                       cpus_per_engine=float(r.vllm_tensor_parallel_size),
+                       cpus_per_engine=float(r.tensor_parallel_size),
                        timeout_s=cfg.distributed.collective_timeout_s,
                        ray_address=cfg.distributed.ray_address or None,
                        gpus_per_engine=devices.gpus_per_engine,

@@ -55,9 +55,9 @@ def build_eval(cfg: Config) -> EvalParts:
     prepare_process(cfg)
     model_dir, tokenizer, data = build_data(cfg)
     check_code_sandbox(cfg, data)  # a code verifier or tool_use runs answers' code here too
-    if cfg.rollout.vllm_num_engines > 0:
-        log.info("rlvr eval runs one %s engine in this process (rollout.vllm_num_engines=%d "
-                 "applies to training)", cfg.rollout.engine, cfg.rollout.vllm_num_engines)
+    if cfg.rollout.num_engines > 0:
+        log.info("rlvr eval runs one %s engine in this process (rollout.num_engines=%d "
+                 "applies to training)", cfg.rollout.engine, cfg.rollout.num_engines)
     devices = plan_devices(cfg, None)
     # No learner shares the device: a colocated engine has no reason to sleep.
     settings = replace(engine_settings(cfg, devices.type, devices.bf16), colocate=False)

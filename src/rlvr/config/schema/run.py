@@ -49,7 +49,7 @@ class DistributedConfig:
     sharding: str = choice("fsdp", {"none", "ddp", "fsdp"})
     cpu_offload: bool = False  # FSDP2 CPU offload of parameters, gradients, optimizer state
     # The prompt mixer and the training verifiers in a Ray actor of their own, feeding the
-    # engine actors and the learners (needs rollout.vllm_num_engines >= 1).
+    # engine actors and the learners (needs rollout.num_engines >= 1).
     data_prep_actor: bool = False
     ray_address: str = ""  # "" starts (or reuses) a local Ray; "auto" or host:port joins one
     # every collective raises after this; no hangs

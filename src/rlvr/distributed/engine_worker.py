@@ -3,8 +3,7 @@
 `EngineWorker` is a plain class; `EngineGroup` runs it as a threaded Ray actor (several calls at
 once: a generation, an evaluation and a weight receive may overlap, as they do on an engine in
 the trainer's process, and the engines' own locks order them). It builds any registered engine
-(`rollout.engine`: vLLM in practice, transformers in tests), so engine code never knows it is
-remote.
+(`rollout.engine`), so engine code never knows it is remote.
 
 Weights arrive by `receive_weights`: the first call joins the sender's broadcast group (the
 trainer, or learner rank 0), every call waits for one push and loads it. Joining lazily, in the
@@ -20,9 +19,10 @@ import torch
 
 from rlvr.device import resolve_device
 from rlvr.distributed.ray_session import actor_resources
+from rlvr.plugins import import_from_environment
 from rlvr.rollout import create_engine
 from rlvr.rollout.base import EngineSettings
-from rlvr.rollout.weight_sync import BroadcastReceiver
+from rlvr.rollout.weight_sync.broadcast import BroadcastReceiver
 from rlvr.types import Completion, SamplingParams
 
 Endpoint = tuple[str, int]  # (host, port) of the sender's rendezvous
@@ -31,12 +31,13 @@ Endpoint = tuple[str, int]  # (host, port) of the sender's rendezvous
 class EngineWorker:
     def __init__(self, engine_name: str, model_dir: str, cfg: EngineSettings,
                  eos_token_ids: tuple[int, ...], pad_token_id: int, num_threads: int = 0):
-        if num_threads > 0:  # vLLM sets its own OpenMP threads; this is for torch engines
+        import_from_environment()  # the run's plugins: its engine may be one of theirs
+        if num_threads > 0:  # for engines on torch's threads (an engine may set its own)
             torch.set_num_threads(num_threads)
         self.engine = create_engine(engine_name, model_dir, cfg, eos_token_ids, pad_token_id)
         self._receiver: BroadcastReceiver | None = None
         self._receive_lock = threading.Lock()
-        self._joined = False  # a vLLM engine's workers joined the sender's group
+        self._joined = False  # the engine's own workers joined the sender's group
         # Where weights pushed over NCCL land: this actor's GPU (gloo pushes use host memory).
         self._weights_device = resolve_device(cfg.device).torch
 
@@ -45,7 +46,8 @@ class EngineWorker:
         return True
 
     def resources(self) -> dict[str, str]:
-        """The GPUs Ray gave this engine actor (vLLM uses what CUDA_VISIBLE_DEVICES shows)."""
+        """The GPUs Ray gave this engine actor (an engine uses what CUDA_VISIBLE_DEVICES
+        shows)."""
         return actor_resources()
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Completion]]:
@@ -56,9 +58,9 @@ class EngineWorker:
         """Wait for one push from the sender at `endpoint` and load it; the version loaded, or
         None when the sender closed. This engine's receiving ranks start at `first_rank` of
         the group of `world_size` (the sender is rank 0); the sender chose the backend (gloo
-        or NCCL) and bucket size. A vLLM engine receives in its workers (one rank each, so
-        tensor-parallel shards load on their own GPUs); another engine in this process, in
-        one streamed `update_weights` call."""
+        or NCCL) and bucket size. An engine with workers of its own (`join_weight_group`)
+        receives in them, one rank each, so tensor-parallel shards load on their own GPUs;
+        another engine, in this process, in one streamed `update_weights` call."""
         with self._receive_lock:
             host, port = endpoint
             if hasattr(self.engine, "join_weight_group"):

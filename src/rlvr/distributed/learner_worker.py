@@ -38,7 +38,8 @@ from rlvr.learner.lora import (LoraSettings, adapter_scales, is_lora, merge_adap
 from rlvr.learner.memory_plan import MemoryPlan, MemoryPlanError
 from rlvr.learner.state_by_name import load_optimizer_state_by_name, load_policy_state_by_name
 from rlvr.models import load_causal_lm
-from rlvr.rollout.weight_sync import DEFAULT_BUCKET_BYTES, BroadcastTransport
+from rlvr.plugins import import_from_environment
+from rlvr.rollout.weight_sync.broadcast import DEFAULT_BUCKET_BYTES, BroadcastTransport
 from rlvr.types import PackedBatch
 
 
@@ -70,6 +71,7 @@ class LearnerWorker:
     """Rank `rank` of `world_size` learners. Construct (cheap), then `setup` on every rank."""
 
     def __init__(self, spec: LearnerSpec, rank: int, world_size: int):
+        import_from_environment()  # a Ray actor: the run's plugins name its loss
         self.spec, self.rank, self.world_size = spec, rank, world_size
         self.world: World | None = None
         self.learner: Learner | None = None

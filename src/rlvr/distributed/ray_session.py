@@ -65,10 +65,16 @@ def free_endpoint() -> tuple[str, int]:
 
 
 def thread_env(num_threads: int) -> dict | None:
-    """A Ray `runtime_env` giving an actor `num_threads` OpenMP threads from its start.
+    """A Ray `runtime_env` giving an actor `num_threads` OpenMP threads from its start (0:
+    Ray's own count), and the run's plugins: Ray actors do not inherit the driver's
+    environment, and the actor imports what it names (`rlvr.plugins.import_from_environment`).
 
     Ray sets OMP_NUM_THREADS to the actor's CPU count (1 here), and OpenMP copies it into
     every thread it starts. `torch.set_num_threads` changes only the calling thread, so a
     threaded actor's other threads kept 1, and vLLM's CPU attention, which plans with one
     count and runs with another, stopped with "thread_num == thread_num (1 vs. 2)"."""
-    return {"env_vars": {"OMP_NUM_THREADS": str(num_threads)}} if num_threads > 0 else None
+    from rlvr.plugins import forwarded_environment
+
+    env = {**({"OMP_NUM_THREADS": str(num_threads)} if num_threads > 0 else {}),
+           **forwarded_environment()}
+    return {"env_vars": env} if env else None

@@ -5,8 +5,9 @@ a ground truth that holds no answer; the scorer turns that into a recorded, coun
 Verifiers register with `@register_verifier("name")`, optionally with a cheap ground-truth check
 that data loading runs on every row, and with an answer extractor: completion -> the answer it
 gives, as a key equal for equal answers (maj@n votes with it; a verifier without one gets no
-majority vote). A name of the form `package.module:function` is also
-accepted and imported on first use, so a verifier can be named without being registered anywhere.
+majority vote). A name of the form `package.module:function` is also accepted and imported on
+first use (`rlvr.registry`: the entry that module registered for `function`, or the plain
+function), so a verifier can be named without being registered anywhere.
 Registered names match in any case (`canonical_name`), as open-instruct routes on
 `dataset.lower()`: a row labelled "GSM8K" is scored by `gsm8k`.
 
@@ -33,10 +34,7 @@ It imports nothing heavy, so a fresh worker process can load it cheaply.
 
 from __future__ import annotations
 
-import importlib
 import inspect
-import os
-import sys
 from dataclasses import dataclass
 from typing import Callable
 
@@ -60,7 +58,9 @@ class RegisteredVerifier:
     inputs: frozenset[str] = frozenset()  # the VERIFIER_INPUTS its parameters ask for
 
 
-VERIFIERS: Registry[RegisteredVerifier] = Registry("verifier")
+# A 'package.module:function' name may point at a plain function (`_plain_verifier`).
+VERIFIERS: Registry[RegisteredVerifier] = Registry("verifier",
+                                                   adapt=lambda fn: _plain_verifier(fn))
 # Names scored by a batched stage in the scorer's process -> the config section setting it up.
 BATCHED_VERIFIERS: Registry[str] = Registry("batched verifier")
 
@@ -127,7 +127,7 @@ def get_verifier(name: str) -> Verifier:
     if name in BATCHED_VERIFIERS:
         raise KeyError(f"verifier '{name}' is scored in the trainer's process, not by a "
                        f"function: it needs {BATCHED_VERIFIERS[name]} in the config")
-    raise KeyError(f"unknown verifier '{name}'; known: {', '.join(sorted(VERIFIERS))} "
+    raise KeyError(f"unknown verifier '{name}'; known: {', '.join(VERIFIERS.names())} "
                    "(or name one as 'package.module:function')")
 
 
@@ -160,17 +160,17 @@ def is_known_verifier(name: str) -> bool:
     return name in VERIFIERS or name in BATCHED_VERIFIERS or ":" in name
 
 
-def _import_verifier(name: str) -> RegisteredVerifier:
-    module_name, _, attr = name.partition(":")
-    # The directory the run starts in counts as on the path, as for a workflow and for
-    # `python -m` (the `rlvr` console script alone would not see a module next to the config).
-    # Appended, so it shadows nothing; and only names `rewards.custom_verifiers` lists get here.
-    if os.getcwd() not in sys.path:
-        sys.path.append(os.getcwd())
-    fn = getattr(importlib.import_module(module_name), attr, None)
+def _plain_verifier(fn: object) -> RegisteredVerifier:
+    """`VERIFIERS.adapt`: a function nobody registered, named 'package.module:function'."""
     if not callable(fn):
-        raise KeyError(f"verifier '{name}': module {module_name} has no function {attr!r}")
-    entry = RegisteredVerifier(fn, inputs=declared_inputs(fn))
-    VERIFIERS.add(name, entry, defined_by=fn)  # later calls skip the import
-    return entry
+        raise TypeError(f"{fn!r} is not a function")
+    return RegisteredVerifier(fn, inputs=declared_inputs(fn))
 
+
+def _import_verifier(name: str) -> RegisteredVerifier:
+    # Only names the config lists (`rewards.custom_verifiers`, remap targets) get here from a
+    # data row: `rlvr.run.input_checks.check_custom_verifiers` refuses the others at start.
+    try:
+        return VERIFIERS.lookup(name)  # imports the module (`rlvr.registry`)
+    except ValueError as e:
+        raise KeyError(str(e)) from e

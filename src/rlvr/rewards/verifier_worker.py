@@ -18,6 +18,7 @@ import time
 from multiprocessing.connection import Connection
 from typing import Any
 
+from rlvr.plugins import import_from_environment
 from rlvr.rewards.batched import checked_score
 from rlvr.rewards.format import answer_tags
 from rlvr.rewards.registry import VERIFIERS, get_verifier, verifier_inputs
@@ -83,7 +84,9 @@ def _prepare_worker(config: dict[str, Any]) -> None:
     _exit_with_parent(config["parent_pid"])
     _limit_address_space(config["address_space_bytes"])
     os.set_inheritable(config["fd"], False)  # a process a verifier starts must not hold our pipe
-    # The built-ins registered when the bootstrap imported this module (rlvr.rewards runs first).
+    # The built-ins registered when the bootstrap imported this module (rlvr.rewards runs first);
+    # the run's plugins (`rlvr.plugins`), then the modules that registered verifiers there.
+    import_from_environment()
     for module in config["modules"]:
         importlib.import_module(module)
     for fn in [verifier.score for verifier in VERIFIERS.values()]:

@@ -22,7 +22,8 @@ from pathlib import Path
 from rlvr.config import Config, ConfigError
 from rlvr.data import DataBundle, LoadedData
 from rlvr.data.templates import check_template_choice, load_chat_template
-from rlvr.workflows import get_workflow, is_known_workflow
+from rlvr.plugins import check_main_entries, import_plugins
+from rlvr.run.paths import RunPaths
 from rlvr.workflows.chat import check_turns
 
 log = logging.getLogger(__name__)
@@ -39,29 +40,32 @@ def check_registered_names(cfg: Config) -> None:
     from rlvr.rollout import ENGINES
     from rlvr.workflows import WORKFLOWS
 
+    import_plugins(cfg.experiment.plugins)  # what they register is named below
     a = cfg.algorithm
-    choices = [("algorithm.loss_fn", a.loss_fn, POLICY_LOSSES),
-               ("algorithm.advantage_normalization_type", a.advantage_normalization_type,
-                ADVANTAGE_NORMALIZATIONS),
-               ("optimizer.lr_scheduler_type", cfg.optimizer.lr_scheduler_type, SCHEDULES),
-               ("rollout.engine", cfg.rollout.engine, {*ENGINES, "auto"}),
+    choices = [("optimizer.lr_scheduler_type", cfg.optimizer.lr_scheduler_type, SCHEDULES),
                ("rewards.reward_aggregator", cfg.rewards.reward_aggregator, AGGREGATORS)]
     errors = [f"{field}={value!r} is not one of {sorted(known)}"
               for field, value, known in choices if value not in known]
-    if not is_known_workflow(cfg.rollout.workflow):
-        errors.append(f"rollout.workflow={cfg.rollout.workflow!r} is not one of "
-                      f"{sorted(WORKFLOWS)} (or 'package.module:function')")
-    elif ":" in cfg.rollout.workflow:
-        try:  # imported now: a typo fails before any model loads
-            get_workflow(cfg.rollout.workflow)
-        except (ImportError, KeyError) as e:
-            errors.append(f"rollout.workflow={cfg.rollout.workflow!r}: {e}")
+    # Registries take 'package.module:name' too (`rlvr.registry`): imported now, so a typo
+    # fails before any model loads.
+    registered = [("algorithm.loss_fn", a.loss_fn, POLICY_LOSSES),
+                  ("algorithm.advantage_normalization_type", a.advantage_normalization_type,
+                   ADVANTAGE_NORMALIZATIONS),
+                  ("rollout.workflow", cfg.rollout.workflow, WORKFLOWS)]
+    if cfg.rollout.engine != "auto":
+        registered.append(("rollout.engine", cfg.rollout.engine, ENGINES))
+    for field, value, registry in registered:
+        try:
+            registry.lookup(value)
+        except ValueError as e:  # "loss_fn 'x' is not one of..." -> "algorithm.loss_fn='x' is..."
+            errors.append(f"{field}={value!r}{str(e).removeprefix(f'{registry.kind} {value!r}')}")
     errors += [f"rewards.remap_verifier.{source}={target!r} is not a known verifier"
                for source, target in cfg.rewards.remap_verifier.items()
                if not is_known_verifier(target)]
     errors += check_template_choice(cfg.data.chat_template,
                                     multi_turn=cfg.rollout.workflow != "single_turn")
     errors += _judge_errors(cfg, ENGINES)
+    check_main_entries(cfg)  # what a script registered, where other processes need it
     if a.loss_denominator is not None and a.loss_fn in POLICY_LOSSES \
             and POLICY_LOSSES.lookup(a.loss_fn).per == "sequence":
         # Such a loss averages each sequence's tokens, then divides by the sequence count; a
@@ -204,7 +208,7 @@ def check_run_paths(cfg: Config) -> None:
     state = cfg.checkpoint.checkpoint_state_dir
     paths = [("experiment.output_dir", output, Path(output)),
              ("checkpoint.checkpoint_state_dir", state, Path(state)) if state else
-             ("experiment.output_dir", output, Path(output) / "state")]
+             ("experiment.output_dir", output, RunPaths(output).state)]
     for field, value, path in paths:  # the first problem: the default state/ is under output
         if (problem := directory_problem(path)) is not None:
             raise ConfigError(f"{field}={value}: {problem}")

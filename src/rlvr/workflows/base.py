@@ -14,9 +14,6 @@ imported on first use, so a user's workflow needs no registration.
 from __future__ import annotations
 
 import asyncio
-import importlib
-import os
-import sys
 from dataclasses import dataclass, field, replace
 from typing import Any, Awaitable, Callable, Iterable, Protocol, Sequence, TypeVar
 
@@ -155,27 +152,28 @@ class WorkflowFactory(Protocol):
     def __call__(self, settings: WorkflowSettings) -> Workflow: ...
 
 
-WORKFLOWS: Registry[Workflow] = Registry("rollout.workflow")
+def _plain_workflow(fn: object) -> Workflow:
+    """`WORKFLOWS.adapt`: an async function nobody registered, named 'package.module:function'."""
+    if not asyncio.iscoroutinefunction(fn):
+        raise TypeError(f"{getattr(fn, '__qualname__', fn)!r} is not an async function "
+                        "(ctx, prompt) -> list[Trajectory]")
+    return fn
+
+
+WORKFLOWS: Registry[Workflow] = Registry("rollout.workflow", adapt=_plain_workflow)
 register_workflow = WORKFLOWS.register
 
 
 def get_workflow(name: str) -> Workflow:
-    """The workflow called `name`, or the function a `package.module:function` name points at."""
-    if name in WORKFLOWS:
-        return WORKFLOWS[name]
-    if ":" in name:
-        module_name, _, attr = name.partition(":")
-        # The directory the run starts in counts as on the path, as it does for `python -m`
-        # (the `rlvr` console script alone would not see a workflow next to the config).
-        if os.getcwd() not in sys.path:
-            sys.path.append(os.getcwd())
-        fn = getattr(importlib.import_module(module_name), attr, None)
-        if fn is None or not asyncio.iscoroutinefunction(fn):
-            raise KeyError(f"workflow '{name}': {module_name}.{attr} is not an async function "
-                           "(ctx, prompt) -> list[Trajectory]")
-        return fn
-    raise KeyError(f"unknown workflow '{name}'; known: {', '.join(sorted(WORKFLOWS))} "
-                   "(or name one as 'package.module:function')")
+    """The workflow called `name`, or the one a `package.module:function` name points at (the
+    module's registered workflow, or a plain async function: `rlvr.registry`)."""
+    if name not in WORKFLOWS and ":" not in name:
+        raise KeyError(f"unknown workflow '{name}'; known: {', '.join(WORKFLOWS.names())} "
+                       "(or name one as 'package.module:function')")
+    try:
+        return WORKFLOWS.lookup(name)
+    except ValueError as e:
+        raise KeyError(str(e)) from e
 
 
 def is_known_workflow(name: str) -> bool:

@@ -68,7 +68,7 @@ def prompts(args, tokenizer, vocab: int) -> list[list[int]]:
 
 
 def run_mode(name: str, model, tokenizer, eos: int, batch, args) -> tuple[dict, list]:
-    from rlvr.rollout.transformers_engine import TransformersEngine
+    from rlvr.rollout.transformers.engine import TransformersEngine
     from rlvr.types import SamplingParams
 
     decode, graphs, rows = MODES[name]

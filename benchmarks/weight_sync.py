@@ -1,5 +1,5 @@
 """Seconds per weight push to an engine in another process: the learner's fp32 weights sent as
-they are against sent in the engine's bf16 (`rlvr.rollout.weight_sync.wire_layout`), by
+they are against sent in the engine's bf16 (`rlvr.rollout.weight_sync.broadcast.wire_layout`), by
 broadcast and through a file on disk.
 
 The weights are a real model's (SmolLM2-135M-Instruct by default, fp32 as the learner holds
@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 
 from rlvr.device import HOST, cpu_name
-from rlvr.rollout.weight_sync import BroadcastReceiver, BroadcastTransport, layout_of
+from rlvr.rollout.weight_sync.broadcast import BroadcastReceiver, BroadcastTransport, layout_of
 
 
 def _free_port() -> int:
@@ -99,7 +99,7 @@ def main() -> None:
 def disk(weights, settings: dict, pushes: int) -> None:
     from safetensors.torch import load_file
 
-    from rlvr.rollout.server_weights import WEIGHTS_FILE, write_weights_dir
+    from rlvr.rollout.weight_sync.servers import WEIGHTS_FILE, write_weights_dir
 
     times: dict[str, list[float]] = {name: [] for name in settings}
     sizes: dict[str, float] = {}

@@ -253,7 +253,7 @@ def test_vllm_takes_memory_graphs_and_threads_alike_in_process_and_as_a_server()
     as flags and environment."""
     from dataclasses import replace
 
-    from rlvr.device import vllm_placement
+    from rlvr.rollout.vllm.placement import vllm_placement
     from rlvr.serving.server import ServerSettings, server_command, server_env
 
     cpu = vllm_placement("cpu", gpu_memory_utilization=0.5, kv_cache_gb=2, enforce_eager=False)

@@ -40,7 +40,7 @@ THIRD_PARTY_LEVELS = {"vllm": logging.WARNING, "torch": logging.ERROR,
 # Deprecation notices raised inside these packages are for their authors, not rlvr's users.
 THIRD_PARTY_MODULES = r"(vllm|torch|transformers|ray|datasets|peft|triton)(\.|$)"
 # Read by the libraries at import (the C++ side of torch and vLLM logs before Python can filter).
-# (vLLM's own level is set with its other variables: rlvr.rollout.vllm_engine.)
+# (vLLM's own level is set with its other variables: rlvr.rollout.vllm.engine.)
 QUIET_ENV = {"TORCH_CPP_LOG_LEVEL": "ERROR", "TOKENIZERS_PARALLELISM": "false", "TRANSFORMERS_VERBOSITY": "error",
              "HF_HUB_DISABLE_PROGRESS_BARS": "1", "RAY_DEDUP_LOGS": "1",
              # tqdm reads it at import: transformers' GGUF conversion bar (rlvr prepare) and

@@ -10,8 +10,9 @@ Everything that differs between a CPU and a GPU run is decided here, from `model
 - whether host memory should be pinned for copies (only with an accelerator runtime);
 - whether the C allocator keeps freed host memory (`keep_freed_host_memory`: where the host
   computes, so each step's large tensors are not page-faulted in afresh);
-- an engine's weight dtype (`engine_dtype`) and how vLLM takes memory and cores on the device
-  (`vllm_placement`), alike for an engine in process and for a server.
+- an engine's weight dtype (`engine_dtype`), alike for an engine in process and for a server.
+  How an engine then takes memory and cores on the device is the engine's own decision, in its
+  subpackage (`rlvr.rollout.vllm.placement`).
 
 Other modules take a `Device` (or a torch device) as an argument and never name one. Host-side
 work that is CPU by nature (tokenising, building packed batches, checkpoint files) creates its
@@ -27,7 +28,7 @@ import os
 import platform
 import resource
 import socket
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -142,34 +143,6 @@ def engine_dtype(requested: str, bf16: bool) -> str:
     if requested != "auto":
         return requested
     return "bfloat16" if bf16 else "float32"
-
-
-@dataclass(frozen=True)
-class VLLMPlacement:
-    """How vLLM takes a device: `engine_args` as `vllm.LLM` keyword arguments (a server gets
-    them as its command-line flags), `env` the variables vLLM reads at import (defaults: a
-    value the user set wins)."""
-
-    engine_args: dict[str, Any]
-    env: dict[str, str] = field(default_factory=dict)
-
-
-def vllm_placement(device_type: str, *, gpu_memory_utilization: float, kv_cache_gb: float,
-                   enforce_eager: bool, cpu_threads_bind: str = "") -> VLLMPlacement:
-    """vLLM's memory, graph and thread settings for `device_type`, one rule for the engine in
-    process (`rlvr.rollout.vllm_engine`) and for servers (`rlvr.serving.server`).
-    - GPU: a share of the device's memory, which sizes the KV cache; CUDA graphs unless
-      `enforce_eager`.
-    - CPU: a fixed KV cache (`kv_cache_gb`), or vLLM reserves most of the RAM; no graphs
-      (eager only); vLLM's OpenMP threads bound to every core, or to `cpu_threads_bind` (its
-      own default binds one and reserves another for a front end)."""
-    if device_type == "cuda":  # ---- GPU only
-        return VLLMPlacement({"gpu_memory_utilization": gpu_memory_utilization,
-                              "enforce_eager": enforce_eager})
-    return VLLMPlacement(
-        {"kv_cache_memory_bytes": int(kv_cache_gb * 2**30), "enforce_eager": True},
-        {"VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
-         "VLLM_CPU_OMP_THREADS_BIND": cpu_threads_bind or f"0-{(os.cpu_count() or 1) - 1}"})
 
 
 def resolve_device(requested: str = "auto", local_rank: int = 0) -> Device:

@@ -20,6 +20,7 @@ from rlvr.algorithm.packing import SequenceToPack, pack_sequences
 from rlvr.distributed.learner_group import LearnerGroup, LearnerGroupError, combine_results
 from rlvr.distributed.learner_worker import LearnerSpec, LearnerWorker
 from rlvr.learner import LearnerSettings, UpdateResult
+from rlvr.rollout.weight_sync import sync_weights
 
 FAULT_TIMEOUT_S = 20.0
 
@@ -236,7 +237,7 @@ def test_lora_on_two_fsdp_ranks_matches_one_process_and_pushes_merged_weights(
             torch.testing.assert_close(got[name], want[name], atol=1e-5, rtol=1e-4, msg=name)
         saved = ray_learner.training_state()
         assert saved["reference"] is None and all(".lora_" in name for name in saved["policy"])
-        ray_learner.send_weights(engines, version=1)
+        sync_weights(ray_learner, engines, version=1)
         prompts = [[1, 90, 91, 92, 2, 1, 70], [1, 80, 81, 2, 1, 70]]
         groups = engines.generate(prompts, SamplingParams(n=2, temperature=1.0, max_tokens=8,
                                                           seed=1))

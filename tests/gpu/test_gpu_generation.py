@@ -3,7 +3,7 @@ graph and replayed, samples as the dynamic path's where both draw the same rando
 
 import torch
 
-from rlvr.rollout.transformers_engine import TransformersEngine
+from rlvr.rollout.transformers.engine import TransformersEngine
 from rlvr.types import SamplingParams
 
 PROMPTS = [[1, 90, 91, 92, 2, 1, 70], [1, 80, 81, 2, 1, 70, 71, 72, 73], [5, 6]]

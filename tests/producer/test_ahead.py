@@ -80,7 +80,7 @@ def _child_pids() -> set[int]:
 
 def test_an_engine_failure_in_async_mode_stops_the_run_and_leaves_no_processes(tmp_path,
                                                                             monkeypatch):
-    from rlvr.rollout.transformers_engine import TransformersEngine
+    from rlvr.rollout.transformers.engine import TransformersEngine
 
     calls = {"n": 0}
     real_generate = TransformersEngine.generate

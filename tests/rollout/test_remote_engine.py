@@ -12,7 +12,7 @@ import torch
 
 from rlvr.run.errors import EngineUnavailable
 from rlvr.rollout.base import EngineSettings
-from rlvr.rollout.remote_engine import RemoteEngine, server_addresses
+from rlvr.rollout.remote.engine import RemoteEngine, server_addresses
 from rlvr.rollout.seeds import derive_seed
 from rlvr.serving.client import ServerError, completion_from_choice
 from rlvr.types import SamplingParams

@@ -1,4 +1,4 @@
-"""Static decoding (rlvr.rollout.static_decode) against the dynamic path on the tiny model: the
+"""Static decoding (rlvr.rollout.transformers.static_decode) against the dynamic path on the tiny model: the
 same samples where both draw the same random numbers, the cache reused across calls without
 leaking, stop strings and the fallbacks (the logprobs the learner agrees with: in
 test_transformers_engine.py, for both paths)."""
@@ -8,9 +8,9 @@ import logging
 import pytest
 import torch
 
-from rlvr.rollout.static_decode import (SlotKVCache, StaticDecoder, decode_mask, prefill_mask,
+from rlvr.rollout.transformers.static_decode import (SlotKVCache, StaticDecoder, decode_mask, prefill_mask,
                                         unsupported_reason)
-from rlvr.rollout.transformers_engine import TransformersEngine
+from rlvr.rollout.transformers.engine import TransformersEngine
 from rlvr.types import SamplingParams
 
 PROMPTS = [[1, 90, 91, 92, 2, 1, 70], [1, 80, 81, 2, 1, 70, 71, 72, 73], [5, 6]]
@@ -179,7 +179,7 @@ def test_slot_cache_writes_where_told_and_copies_rows():
 
 
 def test_grouped_decode_attention_equals_sdpa_over_repeated_kv_heads():
-    from rlvr.rollout.static_decode import grouped_decode_attention
+    from rlvr.rollout.transformers.static_decode import grouped_decode_attention
 
     torch.manual_seed(0)
     b, g, k, length, d = 3, 2, 3, 10, 8  # 6 query heads over 2 KV heads

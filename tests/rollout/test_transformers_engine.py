@@ -7,7 +7,7 @@ import torch
 
 from rlvr.algorithm.packing import SequenceToPack, pack_sequences
 from rlvr.learner.forward import forward_logprobs
-from rlvr.rollout.transformers_engine import TransformersEngine, sample_tokens
+from rlvr.rollout.transformers.engine import TransformersEngine, sample_tokens
 from rlvr.types import SamplingParams
 
 

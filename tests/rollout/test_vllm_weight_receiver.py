@@ -9,8 +9,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from rlvr.rollout.vllm_weight_receiver import WeightReceiverExtension
-from rlvr.rollout.weight_sync import PlanRefused, SyncPlan, TensorSpec, encode_plan
+from rlvr.rollout.vllm.receiver import WeightReceiverExtension
+from rlvr.rollout.weight_sync.broadcast import PlanRefused, SyncPlan, TensorSpec, encode_plan
 from tests.rollout.rogue import pickled_command, rogue_store
 
 

@@ -16,8 +16,8 @@ import torch
 from rlvr.algorithm.packing import SequenceToPack, pack_sequences
 from rlvr.device import HOST
 from rlvr.learner.forward import forward_logprobs
-from rlvr.rollout.vllm_engine import vllm_available  # imports no vLLM
-from rlvr.rollout.weight_sync import (BroadcastReceiver, BroadcastTransport, TensorSpec,
+from rlvr.rollout.vllm.engine import vllm_available  # imports no vLLM
+from rlvr.rollout.weight_sync.broadcast import (BroadcastReceiver, BroadcastTransport, TensorSpec,
                                       cut_buckets, layout_of, wire_layout)
 from rlvr.types import SamplingParams
 
@@ -36,7 +36,7 @@ def _engine_process(model_dir: str, port: int, results) -> None:
     """An engine in its own process: receive each push, sample, report (version, samples)."""
     torch.set_num_threads(1)
     from rlvr.models import load_causal_lm, load_tokenizer
-    from rlvr.rollout.transformers_engine import TransformersEngine
+    from rlvr.rollout.transformers.engine import TransformersEngine
 
     tokenizer = load_tokenizer(model_dir)
     engine = TransformersEngine(load_causal_lm(model_dir), tokenizer, (tokenizer.eos_token_id,),
@@ -117,7 +117,7 @@ def test_push_to_a_dead_engine_raises_instead_of_hanging(tiny_model, tiny_model_
 def test_local_transport_loads_weights_into_the_engine(tiny_model, tiny_tokenizer,
                                                        tiny_model_dir):
     from rlvr.models import load_causal_lm
-    from rlvr.rollout.transformers_engine import TransformersEngine
+    from rlvr.rollout.transformers.engine import TransformersEngine
 
     engine = TransformersEngine(load_causal_lm(tiny_model_dir), tiny_tokenizer,
                                 (tiny_tokenizer.eos_token_id,), tiny_tokenizer.pad_token_id)
@@ -373,7 +373,7 @@ def test_a_push_that_does_not_match_the_layout_fails_and_the_next_one_refuses():
 
 
 def test_nccl_needs_a_cuda_device_for_its_buffers():
-    from rlvr.rollout.weight_sync import buffer_device
+    from rlvr.rollout.weight_sync.broadcast import buffer_device
 
     assert buffer_device("gloo", None) == HOST
     with pytest.raises(ValueError, match="CUDA device"):
@@ -415,7 +415,7 @@ def test_vllm_workers_load_a_bucketed_push_through_the_worker_extension(tiny_mod
         monkeypatch.setenv(key, value)
     from vllm import LLM
 
-    from rlvr.rollout.vllm_weight_receiver import WORKER_EXTENSION
+    from rlvr.rollout.vllm.receiver import WORKER_EXTENSION
 
     llm = LLM(model=tiny_model_dir, dtype="float32", enforce_eager=True, seed=0,
               max_model_len=256, kv_cache_memory_bytes=int(0.05 * 2**30), block_size=32,
@@ -461,7 +461,7 @@ def test_vllm_workers_load_a_bucketed_push_through_the_worker_extension(tiny_mod
 
 
 def test_tied_head_follows_the_embedding_and_replaces_a_pushed_head():
-    from rlvr.rollout.vllm_weight_receiver import with_tied_head
+    from rlvr.rollout.weight_sync.tied import with_tied_head
 
     embed, norm, head = (torch.full((2,), float(i), device=HOST) for i in range(3))
     got = list(with_tied_head(iter([("model.embed_tokens.weight", embed),
@@ -484,7 +484,7 @@ class _DtypeServer:
 
 
 def test_servers_get_weights_in_the_dtype_all_their_workers_hold():
-    from rlvr.rollout.server_weights import servers_weight_dtype
+    from rlvr.rollout.weight_sync.servers import servers_weight_dtype
 
     assert servers_weight_dtype([_DtypeServer("bfloat16", "bfloat16"),
                                  _DtypeServer("bfloat16")], 10) == torch.bfloat16

@@ -11,7 +11,7 @@ import threading
 import pytest
 import torch
 
-from rlvr.rollout.weight_sync import (BroadcastReceiver, BroadcastTransport, PlanRefused,
+from rlvr.rollout.weight_sync.broadcast import (BroadcastReceiver, BroadcastTransport, PlanRefused,
                                       SyncPlan, TensorSpec, decode_plan, encode_plan, layout_of)
 from tests.rollout.rogue import other_interface_address, pickled_command, rogue_store
 

@@ -16,7 +16,7 @@ from rlvr.algorithm.packing import SequenceToPack, pack_sequences
 from rlvr.learner.forward import forward_logprobs
 from rlvr.models import load_causal_lm
 from rlvr.rollout.base import EngineSettings
-from rlvr.rollout.remote_engine import RemoteEngine
+from rlvr.rollout.remote.engine import RemoteEngine
 from rlvr.serving.client import ServerClient
 from rlvr.types import SamplingParams
 

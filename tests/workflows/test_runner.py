@@ -22,7 +22,7 @@ def _runner(engine, scorer, workflow=single_turn, tokenizer=None, **kw):
 
 def test_single_turn_gives_exactly_what_the_batched_path_gives(tiny_model, tiny_tokenizer,
                                                                chat_prompt):
-    from rlvr.rollout.transformers_engine import TransformersEngine
+    from rlvr.rollout.transformers.engine import TransformersEngine
 
     engine = TransformersEngine(tiny_model, tiny_tokenizer, (2,), 0)
     prompts = [chat_prompt(f"What is {i} plus {i}?", str(2 * i), i=i) for i in range(4)]

@@ -61,7 +61,7 @@ import torch.distributed as dist
 
 from rlvr.device import bind, resolve_device
 from rlvr.distributed.world import World
-from rlvr.rollout.weight_sync import bound_socket
+from rlvr.rollout.weight_sync.broadcast import bound_socket
 
 log = logging.getLogger(__name__)
 

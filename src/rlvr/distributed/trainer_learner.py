@@ -2,7 +2,7 @@
 
 The loop calls `update(batch, loss, ...)` with a `PolicyLoss` (picklable, so it travels to the
 ranks as its name and parameters), syncs engines after each update, and saves checkpoints from
-`policy`. Two ways to sync:
+`policy`. Two ways to sync (`rlvr.rollout.weight_sync.sync_weights` picks):
 - engines in the driver: `named_weights()` brings rank 0's gathered weights here;
 - engine actors: `broadcast_to(engines)` sends them from rank 0 straight to the engines.
 `policy` is the driver's own copy of the model. It is refreshed from rank 0 when read after an
@@ -30,7 +30,6 @@ from rlvr.distributed.engine_group import EngineGroup
 from rlvr.distributed.learner_group import LearnerGroup
 from rlvr.learner import LearnerState, MiniBatch, UpdateResult
 from rlvr.learner.lora import engine_weights, is_lora
-from rlvr.rollout.base import RolloutEngine
 from rlvr.types import PackedBatch
 
 
@@ -75,14 +74,6 @@ class GroupLearner:
         if is_lora(self._policy):  # the ranks sent adapters unmerged: engines want them merged
             return engine_weights(self._policy)
         return iter(weights.items())
-
-    def send_weights(self, engine: RolloutEngine, version: int) -> None:
-        """Engine actors receive straight from rank 0 (`broadcast_to`); an engine in this
-        process takes the gathered weights."""
-        if isinstance(engine, EngineGroup):
-            self.broadcast_to(engine, version)
-        else:
-            engine.update_weights(self.named_weights(), version)
 
     def training_state(self) -> LearnerState:
         """Policy, reference, optimizer (keyed by parameter name) and scheduler, gathered on

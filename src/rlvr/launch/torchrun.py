@@ -9,7 +9,7 @@ store too: `TORCHELASTIC_USE_AGENT_STORE`), the c10d rendezvous backend's store 
 `--local-addr`, else its host name). torch's TCPStore, left to itself, listens on every
 interface whatever host it is given; handed a socket already bound (`master_listen_fd`) it
 listens there only, which is what rlvr's own stores do (`rlvr.distributed.ranks`,
-`rlvr.rollout.weight_sync.bound_socket`).
+`rlvr.rollout.weight_sync.broadcast.bound_socket`).
 
 What it is not: a launcher of its own (the local launcher starts one machine's ranks without
 torchrun: `rlvr.launch.local_ranks`), or authentication: whoever reaches the chosen address
@@ -43,7 +43,7 @@ class BoundTCPStore(dist.TCPStore):
     def __init__(self, *args: Any, **kwargs: Any):
         named = dict(zip(_PARAMS, args)) | kwargs
         if named.get("is_master") and named.get("master_listen_fd") is None:
-            from rlvr.rollout.weight_sync import bound_socket
+            from rlvr.rollout.weight_sync.broadcast import bound_socket
 
             sock = bound_socket(named["host_name"], int(named.get("port") or 0))
             named["port"] = sock.getsockname()[1]

@@ -27,9 +27,9 @@ import logging
 import math
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
@@ -37,7 +37,7 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model
 from torch.distributed.tensor import DTensor
 from torch.profiler import record_function
 
-from rlvr.algorithm.losses import LossInputs, LossOutputs
+from rlvr.algorithm.losses import LossInputs
 from rlvr.algorithm.packing import plan_micro_batches
 from rlvr.algorithm.polyak import polyak_update_
 from rlvr.checkpoint.sharded import load_sharded, save_sharded
@@ -53,14 +53,12 @@ from rlvr.learner.schedule import build_scheduler
 from rlvr.learner.state_by_name import (FULL_STATE, load_optimizer_state_by_name,
                                         load_policy_state_by_name, optimizer_state_by_name,
                                         policy_state_by_name)
+from rlvr.learner.protocol import LearnerState
+from rlvr.learner.records import LossFn, MiniBatch, UpdateResult  # noqa: F401  (re-exported)
 from rlvr.learner.weight_decay import decay_param_groups
 from rlvr.types import PackedBatch
 
-if TYPE_CHECKING:  # the protocol module imports this one
-    from rlvr.learner.protocol import LearnerState
-
 log = logging.getLogger(__name__)
-LossFn = Callable[[LossInputs], LossOutputs]
 # (model, batch, temperature, with_entropy) -> (logprobs_RL, entropy_RL or None)
 ForwardFn = Callable[[torch.nn.Module, PackedBatch, float, bool],
                      tuple[torch.Tensor, torch.Tensor | None]]
@@ -95,45 +93,7 @@ class LearnerSettings:
     max_memory_bytes: int | None = None  # of the whole GPU, what the plan may count on
 
 
-@dataclass
-class UpdateResult:
-    """Sums over all tokens of the update (divide by `num_response_tokens` for averages)."""
-
-    loss_sums: dict[str, float]
-    num_response_tokens: int
-    num_tokens: int  # every non-padding token run through forward and backward
-    num_sequences: int
-    entropy_sum: float
-    engine_diff_sum: float  # sum over response tokens of |local - engine| logprob, first epoch
-    engine_diff_max: float
-    grad_norm: float
-    learning_rate: float
-    skipped_steps: int
-    seconds: float
-    # `memory/*` gauges of the learner's device after the update (`rlvr.device`); across
-    # ranks, the largest of each.
-    memory: dict[str, float] = field(default_factory=dict)
-    # sum over response tokens of KL(engine || local), k3 estimate, first epoch (as the diff)
-    engine_kl_sum: float = 0.0
-    # [T] exp(local - engine) per response token of the pre-update passes, on the host: the
-    # importance ratio's distribution (`rlvr.metrics.distributions`); at most
-    # MAX_RATIO_VALUES of them, an evenly strided sample past that, so a long batch costs a
-    # bounded copy (and a bounded message from a learner rank). None: no tokens.
-    engine_ratio_T: torch.Tensor | None = None
-
-
 MAX_RATIO_VALUES = 1 << 16
-
-
-@dataclass(frozen=True)
-class MiniBatch:
-    """One optimizer step's share of a training batch (open-instruct's mini-batch): whole packed
-    rows, the loss they train with, bound to this mini-batch's own denominator, and the
-    micro-batches (forward/backward passes) its gradient accumulates over."""
-
-    batch: PackedBatch
-    loss: LossFn
-    num_micro_batches: int = 1
 
 
 class _FirstPassStats:
@@ -292,11 +252,6 @@ class Learner:
         """Weights to send to an engine, under the base model's names: detached views (no
         copy), or a LoRA policy's merged weights (`rlvr.learner.lora.engine_weights`)."""
         return engine_weights(self.policy)
-
-    def send_weights(self, engine, version: int) -> None:
-        """Any engine takes the weights through its `update_weights` (an `EngineGroup` of
-        actors broadcasts them from this process)."""
-        engine.update_weights(self.named_weights(), version)
 
     def _autocast(self):
         if self.settings.bf16_autocast:

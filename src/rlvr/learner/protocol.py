@@ -21,8 +21,7 @@ from typing import Any, Iterator, Protocol, TypedDict, runtime_checkable
 import torch
 
 from rlvr.algorithm.losses import PolicyLoss
-from rlvr.learner.learner import MiniBatch, UpdateResult
-from rlvr.rollout.base import RolloutEngine
+from rlvr.learner.records import MiniBatch, UpdateResult
 from rlvr.types import PackedBatch
 
 
@@ -80,12 +79,8 @@ class LearnerProtocol(Protocol):
         ...
 
     def named_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
-        """The policy's full weights by name (checkpoints, engines in this process)."""
-        ...
-
-    def send_weights(self, engine: RolloutEngine, version: int) -> None:
-        """Load the policy into `engine` as `version`, by the shortest path this learner knows
-        (a tensor copy in process; a broadcast from rank 0 to engine actors)."""
+        """The policy's full weights by name (checkpoints; engines, through
+        `rlvr.rollout.weight_sync.sync_weights`, which picks the path)."""
         ...
 
     def training_state(self) -> LearnerState:

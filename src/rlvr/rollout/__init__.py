@@ -1,10 +1,22 @@
-"""Rollout engines behind one protocol. Importing this package registers the built-in engines."""
+"""Rollout engines behind one protocol (`base`), one subpackage per engine, and how weights
+reach them (`weight_sync`).
 
-from rlvr.rollout.base import (ENGINES, EngineSettings, EngineUnavailable, RolloutEngine,
-                               create_engine, register_engine)
-from rlvr.rollout import transformers_engine as _transformers_engine  # noqa: F401  (registers)
-from rlvr.rollout import vllm_engine as _vllm_engine  # noqa: F401  (registers; imports no vLLM)
-from rlvr.rollout import remote_engine as _remote_engine  # noqa: F401  (registers; HTTP only)
+Importing this package imports every engine subpackage, which registers its engine: a new
+built-in engine is a new subpackage and nothing here changes. An engine subpackage imports its
+engine's heavy library only when an engine is built.
+"""
 
-__all__ = ["ENGINES", "EngineSettings", "EngineUnavailable", "RolloutEngine", "create_engine",
-           "register_engine"]
+import importlib as _importlib
+import pkgutil as _pkgutil
+
+from rlvr.rollout.base import (ENGINES, Engine, EngineSettings, EngineUnavailable, RolloutEngine,
+                               create_engine, engine_record, register_engine)
+
+_NOT_ENGINES = {"weight_sync"}  # subpackages of rollout that hold no engine
+
+for _sub in _pkgutil.iter_modules(__path__):
+    if _sub.ispkg and _sub.name not in _NOT_ENGINES:
+        _importlib.import_module(f"{__name__}.{_sub.name}")  # registers its engine
+
+__all__ = ["ENGINES", "Engine", "EngineSettings", "EngineUnavailable", "RolloutEngine",
+           "create_engine", "engine_record", "register_engine"]

@@ -249,7 +249,7 @@ class EngineClient:
     sample of the group, that sample's index (`sample`). An engine that schedules requests
     itself gets a seed per (params.seed, position, sample), so every sample of every prompt
     draws its own stream and a resumed run draws the same ones. A batch engine seeds the i-th
-    prompt of a `generate` call from (params.seed, i) (`rlvr.rollout.vllm_engine`), so a call's
+    prompt of a `generate` call from (params.seed, i) (`rlvr.rollout.vllm.engine`), so a call's
     requests are put in (position, sample) order, not in the order they arrived (which a tool's
     running time decides); a call of later turns takes its seed from its first request, so two
     calls that share a turn's seed (sent apart, or with different `max_tokens`) still draw

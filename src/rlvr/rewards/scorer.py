@@ -191,7 +191,8 @@ def _plugin_modules() -> list[str]:
         module = getattr(verifier.score, "__module__", None) or "__main__"
         if module == "__main__":
             log.warning("verifier '%s' is defined in __main__, which worker processes do not "
-                        "import: requests naming it will fail. Define it in a module.", name)
+                        "import: requests naming it will fail. Define it in a module listed "
+                        "in experiment.plugins (docs/plugins.md).", name)
         elif module != "rlvr.rewards" and not module.startswith("rlvr.rewards."):
             modules[module] = None
     return list(modules)

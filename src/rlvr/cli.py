@@ -23,7 +23,7 @@ from rlvr.run.errors import (EngineLost, EngineUnavailable, LearnerLost, NoLearn
 
 
 def _quiet_libraries() -> None:
-    # Before the heavy imports: torch's and vLLM's C++ sides read their log levels at import.
+    # Before the heavy imports: the libraries' C++ sides read their log levels at import.
     from rlvr.console import quiet_third_party
 
     quiet_third_party()
@@ -294,7 +294,7 @@ def build_parser() -> argparse.ArgumentParser:
                         default=None,
                         help="rlvr's log lines from this level (default: info, or "
                              "$RLVR_LOG_LEVEL); RLVR_DEBUG=1 also shows the libraries' own "
-                             "lines (vLLM, torch, transformers), silenced otherwise")
+                             "lines (engines, torch, transformers), silenced otherwise")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, helptext in [("train", "train a policy"), ("config", "print the resolved config")]:
         p = sub.add_parser(name, help=helptext)
@@ -330,13 +330,13 @@ def build_parser() -> argparse.ArgumentParser:
     la.add_argument("--no-wait", action="store_true",
                     help="slurm: submit the job and return (its logs and exit code land in "
                          "OUTPUT_DIR/slurm/)")
-    v = sub.add_parser("serve", help="an inference server (vLLM, as training runs it) for a "
+    v = sub.add_parser("serve", help="an inference server (as training runs it) for a "
                                      "model or checkpoint")
     v.add_argument("model", metavar="MODEL_OR_CHECKPOINT", help="built-in name or Hugging Face "
                    "directory (a run's final/ or checkpoints/step_*)")
     v.add_argument("items", nargs="*", metavar="CONFIG.yaml | key.sub=value",
-                   help="settings from a run's config (rollout.vllm_*, rollout.dtype, "
-                   "model.device, experiment.seed)")
+                   help="settings from a run's config (the engine's rollout options, "
+                   "rollout.dtype, model.device, experiment.seed)")
     v.add_argument("--host", default="127.0.0.1", help="address to bind; other than loopback "
                    "only with a key (RLVR_SERVER_KEY_FILE or RLVR_SERVER_KEY)")
     v.add_argument("--port", type=int, default=8000, help="0 picks a free port")

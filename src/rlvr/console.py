@@ -28,19 +28,23 @@ LEVEL_ENV = "RLVR_LOG_LEVEL"  # debug | info | warning | error
 TIME_FORMAT = "%H:%M:%S"
 LINE_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
-# Loggers of libraries rlvr drives, and the level below which their lines are noise here: vLLM's
-# start-up banner and Triton notes, torch's "Triton not available", Ray's and httpx's per-call
-# lines. Their warnings about what rlvr asked them are kept where they can matter (vllm).
-THIRD_PARTY_LEVELS = {"vllm": logging.WARNING, "torch": logging.ERROR,
+# Loggers of libraries rlvr drives, and the level below which their lines are noise here: an
+# engine's start-up banner and Triton notes, torch's "Triton not available", Ray's and httpx's
+# per-call lines. Their warnings about what rlvr asked them are kept where they can matter. An
+# engine's own library is added by its subpackage (`quiet_library`).
+THIRD_PARTY_LEVELS = {"torch": logging.ERROR,
                       "transformers": logging.ERROR, "datasets": logging.WARNING,
                       "ray": logging.WARNING, "httpx": logging.WARNING,
                       "urllib3": logging.WARNING, "filelock": logging.WARNING,
                       "numexpr": logging.WARNING, "accelerate": logging.WARNING,
                       "peft": logging.WARNING, "huggingface_hub": logging.WARNING}
 # Deprecation notices raised inside these packages are for their authors, not rlvr's users.
-THIRD_PARTY_MODULES = r"(vllm|torch|transformers|ray|datasets|peft|triton)(\.|$)"
-# Read by the libraries at import (the C++ side of torch and vLLM logs before Python can filter).
-# (vLLM's own level is set with its other variables: rlvr.rollout.vllm.engine.)
+THIRD_PARTY_PACKAGES = {"torch", "transformers", "ray", "datasets", "peft", "triton"}
+# Whether this process quietened the libraries (`quiet_third_party` ran): a library added later
+# (`quiet_library`) is quietened at once.
+_quieted = False
+# Read by the libraries at import (torch's C++ side logs before Python can filter). An engine
+# sets its own library's variables where it starts it, in its subpackage.
 QUIET_ENV = {"TORCH_CPP_LOG_LEVEL": "ERROR", "TOKENIZERS_PARALLELISM": "false", "TRANSFORMERS_VERBOSITY": "error",
              "HF_HUB_DISABLE_PROGRESS_BARS": "1", "RAY_DEDUP_LOGS": "1",
              # tqdm reads it at import: transformers' GGUF conversion bar (rlvr prepare) and
@@ -110,17 +114,39 @@ def quiet_third_party() -> None:
         return
     for key, value in QUIET_ENV.items():
         os.environ.setdefault(key, value)
+    global _quieted
+    _quieted = True
     for name, level in THIRD_PARTY_LEVELS.items():
-        logger = logging.getLogger(name)
-        if logger.level == logging.NOTSET or logger.level < level:
-            logger.setLevel(level)
-    for category in (FutureWarning, DeprecationWarning, UserWarning):
-        warnings.filterwarnings("ignore", category=category, module=THIRD_PARTY_MODULES)
+        _raise_level(name, level)
+    _ignore_warnings_from(THIRD_PARTY_PACKAGES)
     if "transformers" in sys.modules:  # its verbosity and bars live in its own module state
         from transformers.utils import logging as hf_logging
 
         hf_logging.set_verbosity_error()
         hf_logging.disable_progress_bar()
+
+
+def quiet_library(package: str, level: int = logging.WARNING) -> None:
+    """Quieten one more library as the built-in ones are (its lines below `level`, its
+    deprecation notices), now and at every later `quiet_third_party`: how an engine's
+    subpackage adds the library it drives, before that library is imported."""
+    THIRD_PARTY_LEVELS[package] = level
+    THIRD_PARTY_PACKAGES.add(package)
+    if _quieted and not debug_requested():  # only where rlvr runs the console, not as a library
+        _raise_level(package, level)
+        _ignore_warnings_from({package})
+
+
+def _raise_level(name: str, level: int) -> None:
+    logger = logging.getLogger(name)
+    if logger.level == logging.NOTSET or logger.level < level:
+        logger.setLevel(level)
+
+
+def _ignore_warnings_from(packages: set[str]) -> None:
+    pattern = rf"({'|'.join(sorted(packages))})(\.|$)"
+    for category in (FutureWarning, DeprecationWarning, UserWarning):
+        warnings.filterwarnings("ignore", category=category, module=pattern)
 
 
 def quiet_imported_torch() -> None:

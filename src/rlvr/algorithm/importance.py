@@ -1,6 +1,7 @@
 """Correction for the mismatch between the engine that sampled and the learner that trains.
 
-The engine (vLLM, a bf16 copy, an older version of the weights when generation runs ahead) and
+The engine (another implementation, a bf16 copy, an older version of the weights when
+generation runs ahead) and
 the learner assign different probabilities to the same tokens. The ratio
 rho = exp(logp_old - logp_engine) reweights each token's policy-gradient term:
 - `none`: truncated importance sampling (TIS): each token weighted by its rho clamped to

@@ -7,7 +7,7 @@ The base model is named by the adapter config's `base_model_name_or_path`, which
 a built-in name (tiny-llama, smollm2-135m-instruct) or an absolute directory
 (`rlvr.run.settings.lora_settings`), so the checkpoint resolves it from any working directory and on
 any machine that has the built-ins. The merged directory is written atomically and loads like
-any model: `rlvr generate OUT`, the transformers engine, vLLM.
+any model: `rlvr generate OUT`, every engine.
 
 An adapter directory is input: before PEFT builds anything, `check_adapter_config` refuses a
 rank outside [1, the base's hidden size], an `init_lora_weights` that is not a bool (PiSSA,

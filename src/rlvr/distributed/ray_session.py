@@ -71,7 +71,7 @@ def thread_env(num_threads: int) -> dict | None:
 
     Ray sets OMP_NUM_THREADS to the actor's CPU count (1 here), and OpenMP copies it into
     every thread it starts. `torch.set_num_threads` changes only the calling thread, so a
-    threaded actor's other threads kept 1, and vLLM's CPU attention, which plans with one
+    threaded actor's other threads kept 1, and an engine's CPU attention, which plans with one
     count and runs with another, stopped with "thread_num == thread_num (1 vs. 2)"."""
     from rlvr.plugins import forwarded_environment
 

@@ -56,7 +56,7 @@ class RayServers:
     def __init__(self, cfg: Config, model_dir: str, log_dir: Path,
                  command: Callable[[ServerSettings], list[str]] | None = None):
         self.cfg, self.model_dir, self.log_dir = cfg, model_dir, Path(log_dir)
-        self.command = command  # None: vLLM (`server_command`); tests pass a stand-in
+        self.command = command  # None: the serving engine (`server_command`); tests: a stand-in
         self.actors: list = []
         self.addresses: list[str] = []
         self.key = ""

@@ -1,9 +1,9 @@
 """The inference servers a run asks for (`rollout.engine=remote` with no addresses given):
 started before training, healthy before the first request, stopped on every way out.
 
-What it is: `server_settings` (a config's rollout section as `ServerSettings`, so `rlvr
-serve`, the local launcher and a Slurm step start identical servers) and `LocalServers`
-(N servers as child processes of this one).
+What it is: `LocalServers` (N servers as child processes of this one), started with
+`server_settings` (`rlvr.serving.settings`: a config's rollout section as `ServerSettings`, so
+`rlvr serve`, every launcher and a Slurm step start identical servers).
 What it is not: the remote engine that uses them (`rlvr.rollout.remote.engine`).
 
 Every way out stops them: a normal end, an error, SIGINT/SIGTERM (the trainer turns the first
@@ -25,30 +25,11 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from rlvr.config import Config
-from rlvr.device import engine_dtype
 from rlvr.serving.auth import new_key
 from rlvr.serving.server import ServerProcess, ServerSettings, ServerStartError
+from rlvr.serving.settings import server_settings  # noqa: F401  (launchers import it here)
 
 log = logging.getLogger(__name__)
-
-
-def server_settings(cfg: Config, model_dir: str, device: str, bf16: bool,
-                    host: str = "127.0.0.1", port: int = 0) -> ServerSettings:
-    """The server a run's engine expects: the rollout section's vLLM settings, the run's seed,
-    weights in `engine_dtype` for a device that computes in bf16 or not, reloads only from the
-    run's `<output_dir>/weight_updates` (where its trainer writes them)."""
-    r = cfg.rollout
-    return ServerSettings(
-        model=model_dir, host=host, port=port, dtype=engine_dtype(r.dtype, bf16),
-        max_model_len=r.vllm.max_model_len,
-        block_size=r.vllm.block_size, kv_cache_gb=r.vllm.kv_cache_gb,
-        gpu_memory_utilization=r.vllm.gpu_memory_utilization,
-        tensor_parallel_size=r.tensor_parallel_size,
-        enforce_eager=r.vllm.enforce_eager,
-        enable_prefix_caching=r.vllm.enable_prefix_caching, seed=cfg.experiment.seed,
-        device=device, cpu_threads_bind=r.vllm.cpu_threads_bind,
-        weights_dir=str((Path(cfg.experiment.output_dir) / "weight_updates").resolve()))
 
 
 def _die_with_parent() -> None:

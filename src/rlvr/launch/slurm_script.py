@@ -105,8 +105,8 @@ class JobFiles:
     def server_log(self, index: int) -> Path:  # the `rlvr serve` step's output
         return self.dir / f"server_{index}.log"
 
-    def vllm_log(self, index: int) -> Path:  # the vLLM process behind it
-        return self.dir / f"server_{index}.vllm.log"
+    def engine_log(self, index: int) -> Path:  # the serving engine's process behind it
+        return self.dir / f"server_{index}.engine.log"
 
 
 def job_layout(cfg: Config) -> JobLayout:
@@ -131,7 +131,7 @@ def job_layout(cfg: Config) -> JobLayout:
             node = (node + 1) % s.nodes
         else:
             raise ConfigError(
-                f"rollout.num_servers={r.num_servers} servers of rollout.vllm_tensor_parallel_"
+                f"rollout.num_servers={r.num_servers} servers of rollout.tensor_parallel_"
                 f"size={r.tensor_parallel_size} GPUs do not fit on distributed.slurm.nodes="
                 f"{s.nodes} x gpus_per_node={s.gpus_per_node} (the learners keep one GPU "
                 "each)")
@@ -305,7 +305,7 @@ def _server_step(server: ServerStep, layout: JobLayout) -> str:
               f'"$SLURM_DIR/server_{i}.log"') + " \\",
         f'    "$PYTHON" -m rlvr.cli serve "$MODEL" "$CONFIG" '
         f'--host "${{NODE_ADDRS[{server.node}]}}" --port {server.port} \\\n'
-        f'    --log "$SLURM_DIR/server_{i}.vllm.log" --startup-timeout "$STARTUP_TIMEOUT_S" &',
+        f'    --log "$SLURM_DIR/server_{i}.engine.log" --startup-timeout "$STARTUP_TIMEOUT_S" &',
         "SERVER_PIDS+=($!)",
         f'ADDRS+=("http://${{NODE_ADDRS[{server.node}]}}:{server.port}")'])
 
@@ -319,7 +319,7 @@ ADDRS=()
 TRAINER_PID=""
 
 # The running steps (this job's, named rlvr-*) get SIGTERM in their tasks, so `rlvr serve`
-# stops its vLLM process group in its own time (a SIGTERM to srun instead would have Slurm
+# stops its engine's process group in its own time (a SIGTERM to srun instead would have Slurm
 # SIGKILL the tasks KillWait seconds later); without squeue, srun gets it. Bounded: steps
 # still running after 60 s are cancelled.
 rlvr_steps() {
@@ -378,7 +378,7 @@ done'''
 _HEALTH_WAIT = r'''
 # Bounded wait until every server answers /health and proves it holds the run's key, which is
 # never sent (`is_healthy`: a challenge, no proxy, no redirect), so a process that took a
-# server's port while vLLM was building its engine neither gets the key nor passes; a server
+# server's port while the server was building its engine neither gets the key nor passes; a server
 # step that exits meanwhile fails the job at once, naming its log.
 healthy() {
     "$PYTHON" -c 'import sys

@@ -9,7 +9,7 @@ policy trained through low-rank adapters (`model.lora.rank > 0`):
 - `adapters_disabled`: the policy with its adapters switched off is the base model, which is
   the reference policy of the KL penalty: no second copy of the model is loaded.
 - `merge_adapter_weights` / `engine_weights`: the weights engines load, under the BASE model's
-  names (what `check_logit_path`, the transformers engine and vLLM know): for each adapted
+  names (what `check_logit_path` and every engine know): for each adapted
   linear layer W + scale * B @ A, computed while streaming, the trained module untouched (PEFT's
   `merge_adapter` would rewrite the weights in place and need an unmerge after).
 - `save_adapter`: PEFT's adapter files (adapter_config.json, adapter_model.safetensors); the
@@ -20,7 +20,8 @@ unchanged: the adapter layers are wrapped before sharding, and the merge takes t
 stream (`rlvr.distributed.sharding.iter_full_weights`).
 
 Why PEFT rather than a hand-written low-rank layer: it is what users already know, its adapter
-files load in vLLM, TRL and transformers, and its layers cover bias, dtype and init details.
+files load in the serving engines, TRL and transformers, and its layers cover bias, dtype and
+init details.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ forward pass: about a third more compute) and with micro-batches as large as mem
 (measured on an H200, Qwen2.5-1.5B shape, docs/gpu.md: 1.67 s an update at 8k tokens a
 micro-batch without checkpointing, 1.56 s at 16k, 2.25 s with checkpointing). Which of these
 fit depends on the model, the attention kernel, compilation, autocast, the GPU and what else
-holds memory on it (a sleeping or awake vLLM engine), so it is measured, not estimated from
+holds memory on it (a colocated engine, asleep or awake), so it is measured, not estimated from
 the model's shape: the learner runs probe passes (forward and backward) over one and two packed
 rows of `algorithm.pack_length` tokens, reads the allocator's peak above what it held before
 each, and fits a line, bytes = fixed + per_token x tokens. The budget is the most whole rows

@@ -6,7 +6,7 @@ This module reads no weights and knows nothing of configs or shard indexes (`che
 The format's rules (UTF-8 JSON, known dtypes, shapes of non-negative integers, byte ranges
 that tile the data exactly, each as long as its shape x dtype) are the safetensors library's:
 its `safe_open` applies them on opening, reading the header only, so a file passes here
-exactly when transformers' and vLLM's loads (the same library) would open it. Before this
+exactly when transformers' and the engines' loads (the same library) would open it. Before this
 check they failed inside transformers with a SafetensorError traceback.
 """
 

@@ -1,7 +1,7 @@
 """A tiny Llama with a byte-level tokenizer, built from a config: the test model.
 
 It exists so tests and `configs/tiny.yaml` exercise the real code paths (chat template, packing,
-generation, checkpoints, vLLM later) without downloading anything. The weights are random but
+generation with every engine, checkpoints) without downloading anything. The weights are random but
 seeded, so every machine builds the same model. It is not meant to learn anything useful.
 """
 
@@ -45,8 +45,8 @@ def build_tiny_model(vocab_size: int, eos_id: int, pad_id: int, seed: int = 0) -
         hidden_size=64,
         intermediate_size=128,
         num_hidden_layers=2,
-        # head_dim 32: the smallest vLLM's CPU attention supports (16 fails), so every engine
-        # runs the same tiny model. Two query heads share one KV head: GQA stays exercised.
+        # head_dim 32: the smallest every engine's CPU attention supports (16 fails in one), so
+        # every engine runs the same tiny model. Two query heads share one KV head: GQA stays exercised.
         num_attention_heads=2,
         num_key_value_heads=1,
         max_position_embeddings=2048,

@@ -88,7 +88,8 @@ class MemoryCalibration:
     reference_params: float
     trainable_params: float  # gradients take as much; AdamW's two moments twice as much
     engine: float  # what building the engine added (its weights and KV cache)
-    kv_cache: float  # of `engine`, the KV cache the config reserves (vLLM), 0 if dynamic
+    kv_cache: float  # of `engine`, a KV cache reserved up front (`reserved_kv_cache_bytes`), 0 if
+    # the engine sizes it as it goes
 
 
 @dataclass(frozen=True)

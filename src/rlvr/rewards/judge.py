@@ -7,7 +7,7 @@ the answer part of the completion, `strip_thinking`, as every other verifier gra
 score from the reply's last non-empty line, which `score_regex` must match whole (by default
 "Score: N"), divided by `max_score` and clamped to [0, 1]. A reply with no score there, or one
 that did not finish (cut off at `max_tokens`), is an error, not a silent 0. The judge is
-- an rlvr engine (`transformers`, `vllm`) loaded in this process, with the judge tokenizer's own
+- an rlvr engine (any `rollout.engine` name but `remote`) loaded in this process, with the judge tokenizer's own
   chat template: one `generate` call per batch; or
 - any OpenAI-compatible endpoint (`openai`): `POST {base_url}/chat/completions`, requests of a
   batch sent concurrently.
@@ -82,7 +82,7 @@ _SHOWN_CHARS = 200  # of a reply quoted in an error
 class JudgeSettings:
     """How the judge runs (`rewards.judge`; field names follow it)."""
 
-    engine: str  # an rlvr engine name (transformers, vllm) or "openai"
+    engine: str  # an rlvr engine name (`rlvr.rollout.ENGINES`) or "openai"
     model: str  # built-in name or directory for an engine; the endpoint's model name for openai
     base_url: str = ""  # openai: e.g. http://127.0.0.1:8000/v1
     api_key_env: str = ""  # openai: the environment variable holding the key ("" sends none)

@@ -1,8 +1,8 @@
 """The rollout engine protocol: token ids in, sampled token ids and their logprobs out.
 
 An engine knows nothing about rewards, chat templates or training; it samples continuations and
-accepts new weights. Each engine lives in a subpackage of its own (`rlvr.rollout.transformers`,
-`rlvr.rollout.vllm`, `rlvr.rollout.remote`) and registers an `Engine` record by name, so
+accepts new weights. Each engine lives in a subpackage of its own (`rlvr.rollout.<engine>`)
+and registers an `Engine` record by name, so
 `rollout.engine` picks one and the rest of the house asks the record what the engine can do
 (docs/engines.md: what a new engine implements). This module names no engine.
 """
@@ -74,8 +74,8 @@ class RolloutEngine(Protocol):
 
 @runtime_checkable
 class AsyncRolloutEngine(RolloutEngine, Protocol):
-    """An engine that schedules concurrent requests itself (vLLM's async engine, remote
-    servers): many episodes await `agenerate` at once and share its continuous batching.
+    """An engine that schedules concurrent requests itself (a serving engine's async front,
+    remote servers): many episodes await `agenerate` at once and share its continuous batching.
     Engines without it are driven through `rlvr.rollout.client.EngineClient`, which batches
     pending requests into `generate` calls."""
 
@@ -127,6 +127,7 @@ class Engine:
     - `receiving_ranks`: ranks one engine takes in a weight broadcast (each tensor-parallel
       worker receiving for itself, or the engine's one process).
     - `checks`: its own config checks, `(Config) -> [error, ...]`, for settings only it reads.
+    - `version`: the installed version of the library it drives, for `rlvr env` (None: none).
     """
 
     name: str
@@ -139,6 +140,7 @@ class Engine:
     uses_servers: bool = False
     receiving_ranks: Callable[[EngineSettings], int] = _one_rank
     checks: Callable[[Any], list[str]] | None = None
+    version: Callable[[], str | None] = _usable
 
 
 ENGINES: Registry[Engine] = Registry("rollout.engine")

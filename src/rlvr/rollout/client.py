@@ -1,9 +1,9 @@
 """`await client.generate(prompt_ids, params)`: many concurrent episodes over one engine.
 
 Episodes (`rlvr.workflows`) are coroutines on one event loop; each awaits the engine whenever it
-wants a turn. An engine with its own scheduler (`AsyncRolloutEngine`: a remote server, vLLM's
-async engine) is awaited directly. A batch engine (`generate(prompts, params)`: the transformers
-engine, the in-process vLLM, a group of engine actors) is driven by a `Coalescer`, which gathers
+wants a turn. An engine with its own scheduler (`AsyncRolloutEngine`: a remote server, a
+serving engine's async front) is awaited directly. A batch engine (`generate(prompts, params)`:
+the in-process engines, a group of engine actors) is driven by a `Coalescer`, which gathers
 the requests of all episodes into one `generate` call per sampling setting.
 
 When a coalescer calls its batch function decides both speed and reproducibility. It calls it
@@ -102,9 +102,9 @@ class CallerThreadExecutor(Executor):
     such workers than it has cores, libgomp stops letting idle workers spin and puts them to
     sleep at once (its "throttled" wait), so each of the thousands of small parallel ops of a
     forward pass or a decode step waits for a worker to wake. An engine decoding on a thread of
-    its own gave the process that second team for good: from the first batch on, vLLM decoded
-    the quick-start batch at 465 tokens/s instead of 725 and the learner's update took 4.34 s
-    instead of 3.67, its worker thread busy 0.64 of the time instead of 0.96 (2-core Xeon,
+    its own gave the process that second team for good: from the first batch on, the engine
+    decoded the quick-start batch at 465 tokens/s instead of 725 and the learner's update took
+    4.34 s instead of 3.67, its worker thread busy 0.64 of the time instead of 0.96 (2-core Xeon,
     `benchmarks/engine_thread.py`). Decoding on the thread that waits for the step, the
     trainer's in a synchronous run, the engine shares the learner's team. (With generation
     ahead of training the producer thread waits, and two teams really do compute at once.)
@@ -249,7 +249,7 @@ class EngineClient:
     sample of the group, that sample's index (`sample`). An engine that schedules requests
     itself gets a seed per (params.seed, position, sample), so every sample of every prompt
     draws its own stream and a resumed run draws the same ones. A batch engine seeds the i-th
-    prompt of a `generate` call from (params.seed, i) (`rlvr.rollout.vllm.engine`), so a call's
+    prompt of a `generate` call from (params.seed, i) (`derive_seed(seed, prompt=i)`), so a call's
     requests are put in (position, sample) order, not in the order they arrived (which a tool's
     running time decides); a call of later turns takes its seed from its first request, so two
     calls that share a turn's seed (sent apart, or with different `max_tokens`) still draw

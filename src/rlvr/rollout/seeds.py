@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import hashlib
 
-SEED_BITS = 62  # under torch's and vLLM's 64-bit limit with room for vLLM's seed + k per sample
+# Under the engines' 64-bit limit (torch's), with room for an engine that seeds the k-th of n
+# samples with seed + k.
+SEED_BITS = 62
 
 
 def derive_seed(base: int, **coordinates: int) -> int:

@@ -221,7 +221,7 @@ def build_run(cfg: Config, start: StartPlan | None = None) -> Run:
     if devices.keep_host_memory and cfg.distributed.launcher != "ray":  # learner runs here
         log.info(keep_freed_host_memory())
     if cfg.rollout.colocate and devices.type != "cuda":
-        raise ConfigError("rollout.colocate=true puts vLLM to sleep (a CUDA feature) so the "
+        raise ConfigError("rollout.colocate=true puts the engine to sleep (a CUDA feature) so the "
                           f"learner can use its GPU, but this run computes on {devices.type}; "
                           "on CPU the engine and learner share memory without it: set "
                           "rollout.colocate=false")

@@ -265,8 +265,9 @@ def _pathconf(path: Path, name: str, default: int) -> int:
 # Config keys that give a model's position limit, in order (GPT-2 writes n_positions).
 _POSITION_KEYS = ("max_position_embeddings", "n_positions", "n_ctx", "max_sequence_length",
                   "seq_length")
-# RoPE scalings that extend the positions by their factor beyond the config's count (vLLM
-# derives its longest sequence the same way); llama3 and longrope ones are counted already.
+# RoPE scalings that extend the positions by their factor beyond the config's count (serving
+# engines derive their longest sequence the same way); llama3 and longrope ones are counted
+# already.
 _EXTENDING_ROPE = ("linear", "dynamic", "yarn")
 
 

@@ -157,7 +157,8 @@ def _write_step_traces(run: Run, step: int, episodes: Episodes, trained: list[Sa
 @contextlib.contextmanager
 def engine_asleep(run: Run):
     """With `rollout.colocate`, the engine gives the shared device to the learner for the
-    update (vLLM sleep mode) and takes it back before the weights sync into it."""
+    update (`Engine.can_sleep`: its sleep mode) and takes it back before the weights sync into
+    it."""
     if not run.cfg.rollout.colocate:
         yield
         return

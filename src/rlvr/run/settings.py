@@ -84,7 +84,7 @@ def engine_settings(cfg: Config, device: str, bf16: bool) -> EngineSettings:
                "weight_update_dir": str(Path(cfg.experiment.output_dir) / "weight_updates"),
                "server_key_file": str(run_key_path(cfg.experiment.output_dir)),
                "weight_update_timeout_s": cfg.distributed.collective_timeout_s,
-               # each engine's own section (rollout.vllm, ...): the sections of the rollout config
+               # each engine's own section (rollout.<engine>): the sections of the rollout config
                "engine_options": {f.name: getattr(r, f.name) for f in fields(r)
                                   if is_dataclass(getattr(r, f.name))}}
     same_names = {f.name: getattr(r, f.name) for f in fields(EngineSettings)

@@ -1,12 +1,12 @@
 """Moving the learner's weights into engines after an update, without restarting them.
 
 An engine in the learner's process takes the weights directly (`engine.update_weights`, a
-tensor copy). Engines in other processes (a Ray actor, a vLLM worker, another node) are reached
-through `BroadcastTransport`: the sender (learner rank 0, or the trainer) is rank 0 of a
-torch.distributed group of its own, gloo on CPU or NCCL on GPU, and broadcasts the weights; each
-receiving process runs a `BroadcastReceiver` (an engine actor) or the vLLM worker extension
-(`rlvr.rollout.vllm.receiver`, one rank per tensor-parallel worker), both on the same
-receive loop.
+tensor copy). Engines in other processes (a Ray actor, an engine's own worker process, another
+node) are reached through `BroadcastTransport`: the sender (learner rank 0, or the trainer) is
+rank 0 of a torch.distributed group of its own, gloo on CPU or NCCL on GPU, and broadcasts the
+weights; each receiving process runs a `BroadcastReceiver`: an engine actor's, or one in each
+worker of an engine whose workers receive for themselves (one rank per tensor-parallel worker,
+in the engine's subpackage), all on the same receive loop.
 
 Why a separate group and not the learners' default one: engines are not learners, and the
 learners' group must keep its own membership (FSDP collectives). Why buckets: one broadcast per
@@ -93,8 +93,8 @@ def wire_layout(layout: Layout, dtype: torch.dtype | None) -> Layout:
     An engine casts every weight to its own dtype as it loads it, so an fp32 learner sending
     to bf16 engines would move twice the bytes the engines keep; cast on the sender's side
     (on its device, into the bucket buffer), the engines load the same values. The exception
-    is a weight an engine keeps in fp32 whatever its dtype (some routers' bias terms in
-    vLLM): it arrives rounded to `dtype`. `rollout.dtype=float32` sends everything in fp32."""
+    is a weight an engine keeps in fp32 whatever its dtype (some MoE routers' bias terms):
+    it arrives rounded to `dtype`. `rollout.dtype=float32` sends everything in fp32."""
     if dtype is None:
         return list(layout)
     return [TensorSpec(name, shape, dtype if spec_dtype.is_floating_point else spec_dtype)
@@ -131,8 +131,8 @@ def cut_buckets(layout: Layout, bucket_bytes: int) -> list[Bucket]:
     than that gets a bucket of its own. Pure: sender and receivers call it alike.
 
     Why mixed dtypes in one byte buffer rather than a bucket per dtype: it keeps the layout
-    (the model's own) order, and vLLM's reload finishes a layer only once all of its weights
-    arrived, holding the rest until then, so weights grouped by layer keep that small; it needs
+    (the model's own) order, and an engine's layerwise reload finishes a layer only once all
+    of its weights arrived, holding the rest until then, so weights grouped by layer keep that small; it needs
     one buffer and one broadcast per bucket whatever the number of dtypes; and each tensor
     keeps the dtype the layout gives it, so an fp32 norm next to bf16 matrices arrives as fp32
     (`wire_layout` decides those dtypes).
@@ -276,7 +276,7 @@ def _broadcast(group: dist.ProcessGroupGloo | dist.ProcessGroupNCCL,
 
 class BroadcastTransport:
     """The sender's side: rank 0 of a group with `num_engines` receiving ranks (one per engine,
-    or per tensor-parallel worker when vLLM workers receive themselves). `layout`
+    or per tensor-parallel worker when an engine's workers receive themselves). `layout`
     (`layout_of(model.state_dict().items())`) is what every push will carry; its floating-point
     tensors travel in `wire_dtype` (`wire_layout`; None: as they are).
 
@@ -412,8 +412,8 @@ class BroadcastReceiver:
         try:
             for bucket in self.buckets:
                 # A new buffer per bucket, not a reused one: an engine may keep the views past
-                # the bucket (vLLM's reload holds a layer's weights until the whole layer has
-                # arrived), and a reused buffer would overwrite them. On GPU the caching
+                # the bucket (a layerwise reload holds a layer's weights until the whole layer
+                # has arrived), and a reused buffer would overwrite them. On GPU the caching
                 # allocator hands back the freed block, so this costs no more than reuse.
                 buffer_N = torch.empty(bucket.nbytes, dtype=torch.uint8, device=self.device)
                 _broadcast(self.group, buffer_N)

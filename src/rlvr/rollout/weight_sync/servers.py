@@ -9,14 +9,14 @@ oldest token's); `wait` pauses let them finish on the old weights first.
 
 - `DiskUpdate`: the trainer writes the weights as safetensors into a fresh directory
   `<dir>/v<N>` (built under a temporary name and renamed, so a server never sees a partial
-  file: NOTES.md records that a reload from a bad path kills a vLLM server), every server
+  file: NOTES.md records that a reload from a bad path kills a server), every server
   reloads from it, and the directory is removed once all have confirmed. It needs a filesystem
   that the trainer and every server reach (a cluster's shared disk).
 - `BroadcastUpdate`: the trainer is rank 0 of a torch.distributed group whose other ranks are
   the servers' workers (gloo here, NCCL on GPUs), joined through rlvr's worker extension
-  (`rlvr.rollout.vllm.receiver`, the same receive loop engine actors use); each push
-  streams the weights in buckets (`rlvr.rollout.weight_sync.broadcast`). The group's store listens on
-  `weight_sync_host` only, and its plan is signed with the run's key, which the servers'
+  (the serving engine's receiver, in its subpackage: the same receive loop engine actors use);
+  each push streams the weights in buckets (`rlvr.rollout.weight_sync.broadcast`). The group's
+  store listens on `weight_sync_host` only, and its plan is signed with the run's key, which the servers'
   workers check before they join.
 
 Servers load only what is under their run's weights directory (`rlvr.serving.guard`), so
@@ -56,9 +56,9 @@ def write_weights_dir(named_tensors: NamedTensors, target: Path, tied_embeddings
                       dtype: torch.dtype | None = None) -> Path:
     """The weights as one safetensors file in a new directory `target`, published atomically,
     floating-point ones in `dtype` (the servers' own, `servers_weight_dtype`; None: as they
-    are): a bf16 server loads the same values from half the bytes. Tied embeddings: vLLM keeps
-    its own head, which a reload of the embedding alone leaves stale, so the head goes in as a
-    copy of the embedding (`with_tied_head`)."""
+    are): a bf16 server loads the same values from half the bytes. Tied embeddings: the
+    serving engine keeps its own head, which a reload of the embedding alone leaves stale, so
+    the head goes in as a copy of the embedding (`with_tied_head`)."""
     from safetensors.torch import save_file
 
     weights = with_tied_head(named_tensors) if tied_embeddings else named_tensors
@@ -128,7 +128,7 @@ class DiskUpdate:
 
 
 def servers_weight_dtype(servers: Sequence[ServerClient], timeout_s: float) -> torch.dtype | None:
-    """The dtype every server's workers hold their weights in (`weight_dtype` of rlvr's vLLM
+    """The dtype every server's workers hold their weights in (`weight_dtype` of rlvr's
     worker extension), to send floating-point weights in; None (each server then casts what it
     loads) when they differ, name one rlvr does not send, or one cannot say (a server without
     the extension, which disk updates do not need, or one that is down: the update finds it)."""
@@ -169,7 +169,8 @@ class BroadcastUpdate:
         elif members != self._members:
             # A server left the group: its rank would never receive, and every broadcast would
             # time out. Re-forming a smaller group needs the workers to leave theirs first,
-            # which vLLM offers no call for; the run stops with the addresses instead.
+            # which the serving engine offers no call for; the run stops with the addresses
+            # instead.
             gone = sorted(set(self._members) - set(members))
             raise RuntimeError(f"broadcast weight updates cannot continue without {gone}: the "
                                "group's ranks are fixed; use rollout.weight_update=disk to "

@@ -2,8 +2,8 @@
 
 A model with tied embeddings has one tensor for the input embedding and the output head; a
 learner's state may list it under both names or only the embedding's. An engine that unties
-them on load (the vLLM engine: `rlvr.rollout.vllm`) keeps a head the embedding's update does
-not reach, so it must be sent the head explicitly. Used by every path into such an engine (its
+them on load (its subpackage says so) keeps a head the embedding's update does not reach, so
+it must be sent the head explicitly. Used by every path into such an engine (its
 workers' receiver, disk updates for servers).
 """
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from rlvr.checkpoint.atomic import keep_last, save_dir_atomic
 from rlvr.learner.lora import is_lora, save_adapter
+from rlvr.run.paths import RunPaths
 
 
 def _save_atomically(model, tokenizer, output_dir: Path, target: Path, info: dict,
@@ -44,7 +45,7 @@ def _save_atomically(model, tokenizer, output_dir: Path, target: Path, info: dic
 def list_checkpoints(output_dir: Path) -> list[Path]:
     """The `step_<number>` directories under `checkpoints/`, oldest first; anything else there
     (a copy named step_000003.bak) is not one, and is left alone."""
-    root = Path(output_dir) / "checkpoints"
+    root = RunPaths(output_dir).checkpoints
     found = [p for p in root.glob("step_*") if re.fullmatch(r"step_\d+", p.name) and p.is_dir()]
     return sorted(found, key=lambda p: int(p.name.split("_")[1]))
 
@@ -55,7 +56,7 @@ def latest_checkpoint(output_dir: Path) -> Path | None:
 
 
 def save_model_checkpoint(model, tokenizer, output_dir: Path, step: int, keep_last_n: int) -> Path:
-    target = Path(output_dir) / "checkpoints" / f"step_{step:06d}"
+    target = RunPaths(output_dir).checkpoint(step)
     path = _save_atomically(model, tokenizer, output_dir, target, {"step": step},
                             "the model checkpoint")
     keep_last(list_checkpoints(output_dir), keep_last_n)
@@ -64,5 +65,5 @@ def save_model_checkpoint(model, tokenizer, output_dir: Path, step: int, keep_la
 
 def save_final_model(model, tokenizer, output_dir: Path) -> Path:
     output_dir = Path(output_dir)
-    return _save_atomically(model, tokenizer, output_dir, output_dir / "final", {"step": "final"},
-                            "the final model")
+    return _save_atomically(model, tokenizer, output_dir, RunPaths(output_dir).final,
+                            {"step": "final"}, "the final model")

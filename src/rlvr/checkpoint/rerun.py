@@ -25,10 +25,10 @@ from omegaconf import OmegaConf
 from rlvr.checkpoint.models import list_checkpoints
 from rlvr.checkpoint.state import list_states
 from rlvr.run.errors import ResumeRefused
+from rlvr.run.paths import RunPaths
 
 log = logging.getLogger(__name__)
 
-CONFIG_FILE = "config.yaml"  # the run's config, as `rlvr.config.to_yaml` writes it
 
 # Fields a rerun may change and still be the same run: where it is (a moved directory), whether
 # it resumes, the addresses of servers a launcher started for it, and how the console looks.
@@ -38,7 +38,7 @@ SAME_RUN_FIELDS = frozenset({"experiment.output_dir", "checkpoint.resume",
 
 
 def config_path(output_dir: Path) -> Path:
-    return output_dir / CONFIG_FILE
+    return RunPaths(output_dir).config
 
 
 def earlier_run_evidence(output_dir: Path, state_dir: Path) -> str:
@@ -46,13 +46,13 @@ def earlier_run_evidence(output_dir: Path, state_dir: Path) -> str:
     steps in the metrics, training states, model checkpoints, a final model."""
     from rlvr.checkpoint.resume import last_logged_step  # resume imports this module
 
-    last = last_logged_step(output_dir / "metrics.jsonl")
+    last = last_logged_step(RunPaths(output_dir).metrics)
     states, checkpoints = list_states(state_dir), list_checkpoints(output_dir)
-    final = output_dir / "final"
+    final = RunPaths(output_dir).final
     return ", ".join(filter(None, [
         f"its metrics reach step {last}" if last else "",
         f"{len(states)} training state(s) in {state_dir}" if states else "",
-        f"{len(checkpoints)} model checkpoint(s) in {output_dir / 'checkpoints'}"
+        f"{len(checkpoints)} model checkpoint(s) in {RunPaths(output_dir).checkpoints}"
         if checkpoints else "",
         f"its model is in {final}" if final.is_dir() else ""]))
 

@@ -28,6 +28,7 @@ from pathlib import Path
 from rlvr.checkpoint.rerun import start_over_hint
 from rlvr.checkpoint.state import TrainingState, find_latest_state
 from rlvr.run.errors import ResumeRefused, RunFinished
+from rlvr.run.paths import RunPaths
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +47,7 @@ def plan_resume(output_dir: Path, state_dir: Path, resume: bool, num_training_st
         return None
     state, rejected = find_latest_state(state_dir)
     if state is not None:
-        final_done = not saves_final or (output_dir / "final").is_dir()
+        final_done = not saves_final or RunPaths(output_dir).final.is_dir()
         if state.step >= num_training_steps and final_done:
             raise RunFinished(f"the run in {output_dir} is finished: its training state is of "
                               f"step {state.step} of {num_training_steps}. To train further, "
@@ -54,7 +55,7 @@ def plan_resume(output_dir: Path, state_dir: Path, resume: bool, num_training_st
                               f"{start_over_hint(output_dir)}")
         # The last state is older than the last step where checkpoint_state_freq does not
         # divide the steps: the metrics and the final model say the run ended.
-        last = last_logged_step(output_dir / "metrics.jsonl")
+        last = last_logged_step(RunPaths(output_dir).metrics)
         if (last is not None and last >= num_training_steps
                 and (not saves_final or final_written_after_metrics(output_dir))):
             model = f" and its final model is in {output_dir / 'final'}" if saves_final else ""
@@ -67,8 +68,8 @@ def plan_resume(output_dir: Path, state_dir: Path, resume: bool, num_training_st
         listed = "; ".join(f"{path.name}: {problem}" for path, problem in rejected)
         raise ResumeRefused(f"no training state in {state_dir} can be resumed ({listed}). "
                             f"{fresh_start_hint(output_dir)}")
-    last = last_logged_step(output_dir / "metrics.jsonl")
-    final = output_dir / "final"
+    last = last_logged_step(RunPaths(output_dir).metrics)
+    final = RunPaths(output_dir).final
     evidence = ", ".join(filter(None, [f"its metrics reach step {last}" if last else "",
                                        f"its model is in {final}" if final.is_dir() else ""]))
     if last is not None and last >= num_training_steps and saves_final and not final.is_dir():
@@ -95,7 +96,8 @@ def final_written_after_metrics(output_dir: Path) -> bool:
     its `rlvr_checkpoint.json` written last) and was written after the last metrics line. A
     final model older than the metrics is an earlier, shorter run's, left when a longer one
     died writing its own: that run is resumed, not called finished."""
-    marker, metrics = output_dir / "final" / "rlvr_checkpoint.json", output_dir / "metrics.jsonl"
+    paths = RunPaths(output_dir)
+    marker, metrics = paths.final / "rlvr_checkpoint.json", paths.metrics
     if not marker.is_file() or not metrics.is_file():
         return False
     # >=: on a filesystem with coarse timestamps both may carry the same second.

@@ -111,7 +111,7 @@ def _check_async(errors: list[str], cfg: Config) -> None:
 
 
 def _check_rho(errors: list[str], cfg: Config) -> None:
-    a, r = cfg.algorithm, cfg.rollout
+    r = cfg.rollout
     if not cfg.uses_rho_correction:  # the clamp bounds' ranges are checked with every number's
         return
     if r.top_p < 1.0:

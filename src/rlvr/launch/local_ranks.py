@@ -33,6 +33,7 @@ from rlvr.checkpoint.atomic import write_text_atomic
 from rlvr.config import Config, ConfigError, to_yaml
 from rlvr.distributed.ranks import RankEnv
 from rlvr.run.errors import RunFinished, TrainingInterrupted
+from rlvr.run.paths import RunPaths
 from rlvr.serving.server import free_port
 
 log = logging.getLogger(__name__)
@@ -54,7 +55,7 @@ class LocalRanks:
                               "torchrun on each node")
         self.cfg, self.python = cfg, python
         self.world_size = cfg.world_size
-        self.dir = Path(cfg.experiment.output_dir) / "ranks"
+        self.dir = RunPaths(cfg.experiment.output_dir).ranks
         self.procs: dict[int, subprocess.Popen] = {}
         self._saved_env: dict[str, str | None] = {}
         self._saved_sigterm = None  # the SIGTERM handler before ours, while we hold it

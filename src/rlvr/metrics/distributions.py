@@ -20,6 +20,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from rlvr.run.paths import RunPaths
 from rlvr.types import Sample
 
 BINS = 32
@@ -118,4 +119,4 @@ def step_distributions(groups: Sequence[Sequence[Sample]], trained: Sequence[Sam
 
 def distributions_path(output_dir: Path) -> Path:
     """Where a run writes its step distributions (the sink) and the report reads them."""
-    return Path(output_dir) / "distributions.jsonl"
+    return RunPaths(output_dir).distributions

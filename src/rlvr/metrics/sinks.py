@@ -18,6 +18,7 @@ from rlvr.checkpoint.atomic import write_text_atomic
 from rlvr.config import Config
 from rlvr.metrics.console import CONSOLE_KEYS, ConsoleSink, is_finite_number
 from rlvr.metrics.distributions import DistributionSummary, distributions_path
+from rlvr.run.paths import RunPaths
 
 
 class MetricSink(Protocol):
@@ -198,12 +199,12 @@ class StepTimer:
 
 
 def build_sinks(cfg: Config, output_dir: Path, config_dict: dict) -> list[MetricSink]:
-    sinks: list[MetricSink] = [JsonlSink(output_dir / "metrics.jsonl"),
+    sinks: list[MetricSink] = [JsonlSink(RunPaths(output_dir).metrics),
                                DistributionsJsonlSink(distributions_path(output_dir))]
     if cfg.logging.progress_bar:
         sinks.append(ConsoleSink(cfg.num_training_steps, CONSOLE_KEYS))
     if cfg.logging.with_tracking:
-        sinks.append(TensorBoardSink(output_dir / "tensorboard"))
+        sinks.append(TensorBoardSink(RunPaths(output_dir).tensorboard))
         if cfg.logging.wandb_mode != "disabled":
             sinks.append(WandbSink(project=cfg.logging.wandb_project, name=cfg.experiment.name,
                                    mode=cfg.logging.wandb_mode, config=config_dict,

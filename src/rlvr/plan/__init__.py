@@ -18,6 +18,7 @@ from typing import Any
 from rlvr.config import Config
 from rlvr.plan.records import (PLAN_FILE, Calibration, Prediction, RunShape, dumps,
                                plan_record)
+from rlvr.run.paths import RunPaths
 
 __all__ = ["PLAN_FILE", "Calibration", "Prediction", "RunShape", "make_plan", "run_shape",
            "write_plan"]
@@ -56,7 +57,7 @@ def write_plan(record: dict[str, Any], output_dir: Path | str) -> Path:
     """`<output_dir>/plan.json`, written whole (a reader never sees half of it)."""
     from rlvr.checkpoint import write_text_atomic
 
-    path = Path(output_dir) / PLAN_FILE
+    path = RunPaths(output_dir).plan
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(path, dumps(record))
     return path

@@ -21,8 +21,9 @@ from typing import Any
 
 import pandas as pd
 
-from rlvr.plan.records import PLAN_FILE, PLAN_FORMAT
+from rlvr.plan.records import PLAN_FORMAT
 from rlvr.report.panels import time_breakdown
+from rlvr.run.paths import RunPaths
 
 GIB = 1024 ** 3
 MAX_PLAN_BYTES = 1 << 20  # a plan is a few kilobytes
@@ -37,7 +38,7 @@ SECOND_ROWS = (("generation (s)", "generation", "generation"),
 
 def read_plan(run_dir: Path, warnings: list[str]) -> dict[str, Any] | None:
     """The run's plan record, or None (no plan.json; one that cannot be read is a warning)."""
-    path = Path(run_dir) / PLAN_FILE
+    path = RunPaths(run_dir).plan
     if not path.is_file():
         return None
     try:

@@ -28,6 +28,7 @@ from rlvr.data.readers import bounded_lines
 from rlvr.metrics.distributions import QUANTILES, DistributionSummary, distributions_path
 from rlvr.metrics.traces import step_files
 from rlvr.report.samples import SampleChoice, spread_points
+from rlvr.run.paths import RunPaths
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +86,7 @@ def load_run(path: Path | str, max_points: int = SampleChoice.max_points) -> Run
     path = Path(path)
     if not path.is_dir():
         raise ReportError(f"{path}: not a directory (expected a run's output_dir)")
-    metrics_path = path / "metrics.jsonl"
+    metrics_path = RunPaths(path).metrics
     if not metrics_path.is_file():
         raise ReportError(f"{path}: no metrics.jsonl; is this a run's output_dir "
                           f"(experiment.output_dir)?")
@@ -99,7 +100,7 @@ def load_run(path: Path | str, max_points: int = SampleChoice.max_points) -> Run
     run = RunData(name=path.resolve().name, path=path, config=_read_config(path, warnings),
                   metrics=metrics, torn_last_line=torn, warnings=warnings,
                   distributions=read_distributions(distributions_path(path), warnings))
-    for kind, folder in (("eval", path / "traces" / "eval"), ("training", path / "traces")):
+    for kind, folder in (("eval", RunPaths(path).eval_traces), ("training", RunPaths(path).traces)):
         files = step_files(folder)
         shown = [files[step] for step in spread_points(list(files), max_points)]
         run.traces = read_traces(shown, warnings)
@@ -223,7 +224,7 @@ def read_traces(files: list[Path], warnings: list[str]) -> pd.DataFrame | None:
 
 
 def _read_config(path: Path, warnings: list[str]) -> dict[str, Any]:
-    config_path = path / "config.yaml"
+    config_path = RunPaths(path).config
     if not config_path.is_file():
         warnings.append(f"{config_path}: missing; the run's settings are not shown")
         return {}

@@ -50,6 +50,7 @@ from rlvr.producer.source import EpisodeSource
 from rlvr.rewards.scorer import RewardScorer
 from rlvr.rollout import RolloutEngine, create_engine
 from rlvr.rollout.base import Engine, resolve_engine_name
+from rlvr.run.paths import RunPaths
 from rlvr.run.settings import (actor_threads, engine_settings, eval_settings, learner_settings,
                            lora_settings, scorer_settings, source_settings)
 
@@ -156,7 +157,7 @@ class StartPlan(NamedTuple):
 
 
 def state_dir_of(cfg: Config) -> Path:
-    return Path(cfg.checkpoint.checkpoint_state_dir or Path(cfg.experiment.output_dir) / "state")
+    return Path(cfg.checkpoint.checkpoint_state_dir or RunPaths(cfg.experiment.output_dir).state)
 
 
 def plan_start(cfg: Config) -> StartPlan:
@@ -242,9 +243,9 @@ def build_run(cfg: Config, start: StartPlan | None = None) -> Run:
     source = build_source(cfg, data, engine, scorer, tokenizer)
     # Before the sinks open the files: drop steps the state does not hold, or, for a start at
     # step 0 `plan_resume` allowed (resume or not), every step (none had trained).
-    for path in (output_dir / "metrics.jsonl", distributions_path(output_dir)):
+    for path in (RunPaths(output_dir).metrics, distributions_path(output_dir)):
         JsonlSink.truncate_after(path, state.step if state is not None else -1)
-    traces = TraceWriter(output_dir / "traces") if cfg.logging.save_traces else None
+    traces = TraceWriter(RunPaths(output_dir).traces) if cfg.logging.save_traces else None
     if traces is not None and state is not None:  # a resumed run redoes the later steps
         traces.truncate_after(state.step)
     logger = MetricsLogger(build_sinks(cfg, output_dir, to_dict(cfg)))

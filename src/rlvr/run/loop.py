@@ -15,10 +15,8 @@ import contextlib
 import logging
 import time
 
-from rlvr.algorithm.importance import RhoCorrection
 from rlvr.algorithm.mini_batches import mini_batch_count, split_mini_batches
-from rlvr.algorithm.losses import (LossParams, PolicyLoss, normalization_unit,
-                                   summarize_loss_metrics)
+from rlvr.algorithm.losses import PolicyLoss, normalization_unit, summarize_loss_metrics
 from rlvr.run.build import Run, StartPlan, build_run
 from rlvr.checkpoint import save_final_model, save_model_checkpoint
 from rlvr.checkpoint.state import save_state
@@ -37,10 +35,11 @@ from rlvr.producer.ahead import RolloutProducer
 from rlvr.producer.ahead_state import ahead_from_json
 from rlvr.producer.groups import Episodes
 from rlvr.producer.staleness import drop_stale_groups, staleness_metrics
-from rlvr.producer.training_batch import BatchSettings, build_training_batch
+from rlvr.producer.training_batch import build_training_batch
 from rlvr.rewards.canary import run_canary
 from rlvr.rollout.seeds import derive_seed
 # Taking and putting back a run's state, and stopping a run on purpose, each a module of its own.
+from rlvr.run.settings import batch_settings, loss_params
 from rlvr.run.state import capture_state, restore_state, step_start, sync_weights
 from rlvr.run.stopping import (Streaks, UnsyncedStep, check_health, check_streaks,
                            note_verification, stop_between_steps, stop_if_engine_fault)
@@ -58,10 +57,8 @@ def one_training_step(run: Run, step: int, produced: tuple[Episodes, dict[str, f
     metrics.update(staleness_metrics(episodes.groups, policy_version=run.policy_version))
     note_verification(run, step, episodes, metrics)
     with timer("batching"):  # advantages, filtering, packing
-        training = build_training_batch(episodes.groups, BatchSettings(
-            a.advantage_normalization_type, a.filter_zero_std_samples, a.pack_length,
-            run.tokenizer.pad_token_id, a.mask_truncated_completions, a.packing,
-            a.truncated_in_baseline,
+        training = build_training_batch(episodes.groups, batch_settings(
+            cfg, run.tokenizer.pad_token_id,
             share_prompts=run.devices.share_prompts if run.devices is not None else True))
     metrics.update(training.metrics)
     # A sample with a non-zero advantage is the only thing a policy gradient learns from (with
@@ -131,15 +128,10 @@ def training_mini_batches(cfg: Config, batch: PackedBatch, step: int) -> list[Mi
     changes its gradient."""
     a = cfg.algorithm
     per = normalization_unit(a.loss_fn)
-    rho = (RhoCorrection(a.rho_clamp_lower, a.rho_clamp_upper, a.rho_mask)
-           if cfg.uses_rho_correction else None)
     out = []
     seed = derive_seed(cfg.experiment.seed, step=step, mini_batch_order=1)
     for part in split_mini_batches(batch, a.num_mini_batches, seed):
-        params = LossParams(
-            clip_lower=a.clip_lower, clip_higher=a.clip_higher, beta=a.beta,
-            kl_estimator=a.kl_estimator,
-            denominator=a.loss_denominator or float(mini_batch_count(part, per)), rho=rho)
+        params = loss_params(cfg, mini_batch_count(part, per))
         out.append(MiniBatch(part, PolicyLoss(a.loss_fn, params),
                              cfg.gradient_accumulation_steps))
     return out

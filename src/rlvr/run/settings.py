@@ -11,6 +11,8 @@ import os
 from dataclasses import fields, is_dataclass
 from pathlib import Path
 
+from rlvr.algorithm.importance import RhoCorrection
+from rlvr.algorithm.losses import LossParams
 from rlvr.config import Config
 from rlvr.device import engine_dtype
 from rlvr.data.templates import merge_stop_strings, template_text
@@ -22,11 +24,12 @@ from rlvr.producer.evaluation import EvalSettings
 from rlvr.producer.groups import RewardShaping
 from rlvr.producer.prompt_selection import ActiveSampling
 from rlvr.producer.source import SourceSettings
+from rlvr.producer.training_batch import BatchSettings
 from rlvr.rewards.format import mentions_answer_tags
 from rlvr.rewards.judge import JudgeSettings
 from rlvr.rewards.scorer import ScorerSettings
 from rlvr.rollout import EngineSettings
-from rlvr.serving.auth import run_key_path
+from rlvr.run.paths import RunPaths
 from rlvr.types import SamplingParams
 from rlvr.workflows import WorkflowSettings
 from rlvr.workflows.runner import EpisodePath
@@ -81,8 +84,8 @@ def engine_settings(cfg: Config, device: str, bf16: bool) -> EngineSettings:
     computes in bf16); nothing the trainer alone uses travels with them."""
     r = cfg.rollout
     derived = {"device": device, "dtype": engine_dtype(r.dtype, bf16),
-               "weight_update_dir": str(Path(cfg.experiment.output_dir) / "weight_updates"),
-               "server_key_file": str(run_key_path(cfg.experiment.output_dir)),
+               "weight_update_dir": str(RunPaths(cfg.experiment.output_dir).weight_updates),
+               "server_key_file": str(RunPaths(cfg.experiment.output_dir).server_key),
                "weight_update_timeout_s": cfg.distributed.collective_timeout_s,
                # each engine's own section (rollout.<engine>): the sections of the rollout config
                "engine_options": {f.name: getattr(r, f.name) for f in fields(r)
@@ -176,3 +179,22 @@ def reward_shaping(cfg: Config) -> RewardShaping:
         format_reward=rw.apply_r1_style_format_reward,
         format_reward_value=rw.r1_style_format_reward,
         additive_format_reward=rw.additive_format_reward)
+
+
+def batch_settings(cfg: Config, pad_token_id: int, share_prompts: bool) -> BatchSettings:
+    """How a step's groups become a packed batch (advantages, filtering, packing)."""
+    a = cfg.algorithm
+    return BatchSettings(a.advantage_normalization_type, a.filter_zero_std_samples,
+                         a.pack_length, pad_token_id, a.mask_truncated_completions, a.packing,
+                         a.truncated_in_baseline, share_prompts=share_prompts)
+
+
+def loss_params(cfg: Config, denominator: float) -> LossParams:
+    """The policy loss's parameters for one mini-batch whose token (or sequence) count is
+    `denominator`; a configured `algorithm.loss_denominator` (Dr.GRPO) replaces it."""
+    a = cfg.algorithm
+    rho = (RhoCorrection(a.rho_clamp_lower, a.rho_clamp_upper, a.rho_mask)
+           if cfg.uses_rho_correction else None)
+    return LossParams(clip_lower=a.clip_lower, clip_higher=a.clip_higher, beta=a.beta,
+                      kl_estimator=a.kl_estimator,
+                      denominator=a.loss_denominator or float(denominator), rho=rho)

@@ -30,13 +30,14 @@ import stat
 from pathlib import Path
 from typing import Mapping
 
+from rlvr.run.paths import RunPaths
+
 KEY_ENV = "RLVR_SERVER_KEY"  # the key itself (a launcher sets it in a server's environment)
 KEY_FILE_ENV = "RLVR_SERVER_KEY_FILE"  # or a file holding it (a Slurm job's steps read this)
 # The key as the server's vLLM workers read it, to check the weight-sync handshake
 # (`rlvr.rollout.weight_sync.broadcast`); only a server's environment holds it, so an engine inside a
 # trainer's process never asks a handshake for a MAC it cannot have.
 WEIGHT_SYNC_KEY_ENV = "RLVR_WEIGHT_SYNC_KEY"
-KEY_FILE_NAME = "server.key"
 _MAX_KEY_CHARS = 1024
 # The health challenge: the client's nonce, the server's answer, and the name it proved for.
 CHALLENGE_HEADER = "x-rlvr-challenge"
@@ -52,7 +53,7 @@ class ServerKeyError(ValueError):
 
 def run_key_path(output_dir: str | Path) -> Path:
     """Where a run keeps its key: `<output_dir>/server.key`."""
-    return Path(output_dir) / KEY_FILE_NAME
+    return RunPaths(output_dir).server_key
 
 
 def new_key() -> str:

@@ -21,7 +21,8 @@ from rlvr.config.schema.run import (CheckpointConfig, DistributedConfig, EvalCon
 __all__ = ["SPLIT_STEMS", "AlgorithmConfig", "CheckpointConfig", "Config", "ConfigError",
            "DataConfig", "DataSourceConfig", "DistributedConfig", "EvalConfig",
            "ExperimentConfig", "HealthConfig", "JudgeConfig", "LoggingConfig", "LoraConfig",
-           "ModelConfig", "OptimizerConfig", "RewardsConfig", "RolloutConfig", "SlurmConfig", "VllmOptions"]
+           "ModelConfig", "OptimizerConfig", "RewardsConfig", "RolloutConfig", "SlurmConfig",
+           "VllmOptions"]
 
 
 @dataclass

@@ -7,9 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-
-from rlvr.config.fields import (ANY_FINITE, AT_LEAST_ONE, FRACTION, NON_NEGATIVE, POSITIVE, UNIT_OPEN_HIGH,
-                                UNIT_OPEN_LOW, Range, choice, ranged)
+from rlvr.config.fields import (ANY_FINITE, AT_LEAST_ONE, FRACTION, NON_NEGATIVE, POSITIVE,
+                                UNIT_OPEN_HIGH, UNIT_OPEN_LOW, Range, choice, ranged)
 
 
 @dataclass
@@ -54,7 +53,8 @@ class AlgorithmConfig:
     active_sampling: bool = False  # draw more prompts until the batch has enough non-flat groups
     # bound on generation rounds per step
     active_sampling_max_rounds: int = ranged(4, AT_LEAST_ONE)
-    # retire a prompt whose mean reward over the most a sample earns is at least this (open-instruct)
+    # retire a prompt whose mean reward over the most a sample earns is at least this
+    # (open-instruct)
     no_resampling_pass_rate: Optional[float] = ranged(None, UNIT_OPEN_LOW)
     # None: total response tokens; a number: Dr.GRPO
     loss_denominator: Optional[float] = ranged(None, POSITIVE)

@@ -7,9 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-
-from rlvr.config.fields import (AT_LEAST_ONE, GREEDY_OR_SAMPLED,
-                                NON_NEGATIVE, POSITIVE, TIMEOUT, choice, ranged)
+from rlvr.config.fields import (AT_LEAST_ONE, GREEDY_OR_SAMPLED, NON_NEGATIVE, POSITIVE, TIMEOUT,
+                                choice, ranged)
 
 
 @dataclass

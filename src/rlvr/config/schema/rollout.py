@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-
-from rlvr.config.fields import (AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, SAMPLED, TIMEOUT, UNIT_OPEN_LOW, Range, choice, ranged)
+from rlvr.config.fields import (AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, SAMPLED, TIMEOUT,
+                                UNIT_OPEN_LOW, Range, choice, ranged)
 
 
 @dataclass

@@ -8,9 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-
-from rlvr.config.fields import (AT_LEAST_ONE, GREEDY_OR_SAMPLED,
-                                NON_NEGATIVE, POSITIVE, TIMEOUT, UNIT_OPEN_LOW, Range, choice, ranged)
+from rlvr.config.fields import (AT_LEAST_ONE, GREEDY_OR_SAMPLED, NON_NEGATIVE, POSITIVE, TIMEOUT,
+                                UNIT_OPEN_LOW, Range, choice, ranged)
 
 
 @dataclass
@@ -29,6 +28,13 @@ class SlurmConfig:
     job_name: str = ""  # empty: experiment.name
     sbatch_args: list[str] = field(default_factory=list)  # passed to sbatch as they are
     python: str = ""  # the interpreter on the nodes; empty: the one running `rlvr launch`
+    # sbatch --requeue: a job Slurm stops early (preemption, node failure, the time-limit signal
+    # below, scontrol requeue) starts again and resumes from its saved state by itself
+    requeue: bool = True
+    # seconds before the time limit Slurm signals the job (--signal=B:USR1@N): the trainer
+    # finishes its step and saves, then the job requeues itself; 0: no signal
+    signal_grace_s: int = ranged(180, Range(low=0, high=65535,
+                                            why="Slurm's --signal takes 0-65535 s"))
 
 
 @dataclass

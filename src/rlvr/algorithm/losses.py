@@ -12,8 +12,8 @@ the global token count once (token-weighted averages, as open-instruct reports t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
 
 import torch
 
@@ -31,6 +31,9 @@ class LossParams:
     kl_estimator: int
     denominator: float  # what the summed token losses are divided by
     rho: RhoCorrection | None = None  # engine-mismatch correction, off when None
+    # A loss's own parameters (`algorithm.loss_args`), for a variant that needs more than the
+    # above: a plugin's loss reads `params.args["tau"]`, with no field added anywhere else.
+    args: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass

@@ -197,4 +197,5 @@ def loss_params(cfg: Config, denominator: float) -> LossParams:
            if cfg.uses_rho_correction else None)
     return LossParams(clip_lower=a.clip_lower, clip_higher=a.clip_higher, beta=a.beta,
                       kl_estimator=a.kl_estimator,
-                      denominator=a.loss_denominator or float(denominator), rho=rho)
+                      denominator=a.loss_denominator or float(denominator), rho=rho,
+                      args=dict(a.loss_args))

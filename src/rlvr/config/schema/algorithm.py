@@ -4,8 +4,8 @@ One section per dataclass; each field's comment, range and choices are its facts
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Optional
+from dataclasses import dataclass, field
+from typing import Any, Optional
 
 from rlvr.config.fields import (ANY_FINITE, AT_LEAST_ONE, FRACTION, NON_NEGATIVE, POSITIVE,
                                 UNIT_OPEN_HIGH, UNIT_OPEN_LOW, Range, choice, ranged)
@@ -13,7 +13,11 @@ from rlvr.config.fields import (ANY_FINITE, AT_LEAST_ONE, FRACTION, NON_NEGATIVE
 
 @dataclass
 class AlgorithmConfig:
-    loss_fn: str = "dapo"  # a registered policy loss
+    # A registered policy loss: a built-in name, or 'package.module:name' (docs/plugins.md).
+    loss_fn: str = "dapo"
+    # The loss's own parameters, for a loss that takes more than the fields below: passed to
+    # it as LossParams.args (e.g. {tau: 0.5} for a plugin's loss that reads args["tau"]).
+    loss_args: dict[str, Any] = field(default_factory=dict)
     advantage_normalization_type: str = "standard"  # standard | centered
     beta: float = ranged(0.0, NON_NEGATIVE)  # KL coefficient; 0 loads no reference model
     # d = logp - logp_ref; 0: d, 1: d^2/2, 2: expm1(-d)+d, 3: ratio*d with ratio =

@@ -23,6 +23,7 @@ from rlvr.config import Config, ConfigError
 from rlvr.data import DataBundle, LoadedData
 from rlvr.data.templates import check_template_choice, load_chat_template
 from rlvr.plugins import check_main_entries, import_plugins
+from rlvr.run.paths import RunPaths
 from rlvr.workflows.chat import check_turns
 
 log = logging.getLogger(__name__)
@@ -207,7 +208,7 @@ def check_run_paths(cfg: Config) -> None:
     state = cfg.checkpoint.checkpoint_state_dir
     paths = [("experiment.output_dir", output, Path(output)),
              ("checkpoint.checkpoint_state_dir", state, Path(state)) if state else
-             ("experiment.output_dir", output, Path(output) / "state")]
+             ("experiment.output_dir", output, RunPaths(output).state)]
     for field, value, path in paths:  # the first problem: the default state/ is under output
         if (problem := directory_problem(path)) is not None:
             raise ConfigError(f"{field}={value}: {problem}")

@@ -136,3 +136,27 @@ def test_the_handler_follows_a_swapped_stderr(logging_state, monkeypatch):
     monkeypatch.setattr(sys, "stderr", second)
     logging.getLogger("rlvr.x").info("after the swap")
     assert second.getvalue().endswith("INFO rlvr.x: after the swap\n")
+
+
+def test_an_engines_library_is_quietened_with_the_others_once_the_console_is(logging_state,
+                                                                               monkeypatch):
+    """An engine's subpackage adds the library it drives (`quiet_library`, as rlvr.rollout.vllm
+    does): nothing changes in a process that only imports rlvr; once rlvr quietens the
+    libraries, it is quietened with them, and one added afterwards at once."""
+    from rlvr import console
+
+    monkeypatch.delenv("RLVR_DEBUG", raising=False)
+    monkeypatch.setattr(console, "_quieted", False)
+    monkeypatch.setattr(console, "THIRD_PARTY_LEVELS", dict(console.THIRD_PARTY_LEVELS))
+    monkeypatch.setattr(console, "THIRD_PARTY_PACKAGES", set(console.THIRD_PARTY_PACKAGES))
+    first, later = logging.getLogger("rlvr_test_engine_a"), logging.getLogger("rlvr_test_engine_b")
+    try:
+        console.quiet_library(first.name)
+        assert first.level == logging.NOTSET
+        console.quiet_third_party()
+        assert first.level == logging.WARNING
+        console.quiet_library(later.name, logging.ERROR)
+        assert later.level == logging.ERROR
+    finally:
+        first.setLevel(logging.NOTSET)
+        later.setLevel(logging.NOTSET)

@@ -22,6 +22,7 @@ def engines(monkeypatch):
     """A registry of the test's own, so no fake engine outlives the test."""
     table: Registry[Engine] = Registry("rollout.engine")
     monkeypatch.setattr("rlvr.rollout.base.ENGINES", table)
+    monkeypatch.setattr("rlvr.rollout.ENGINES", table)
     return table
 
 
@@ -88,3 +89,12 @@ def test_the_built_in_engines_state_their_facts():
     # Each of vLLM's tensor-parallel workers receives a weight broadcast as a rank of its own.
     assert vllm.receiving_ranks(EngineSettings(tensor_parallel_size=2)) == 2
     assert transformers.receiving_ranks(EngineSettings(tensor_parallel_size=2)) == 1
+
+
+def test_rlvr_env_reports_each_engine_usable_or_why_not(engines):
+    from rlvr.environment import _engine_lines
+
+    register_engine("fast", available=lambda: "pip install fastlib")(_factory)
+    register_engine("plain", version=lambda: "1.2")(_factory)
+    assert _engine_lines() == [("rollout.engine=fast", "not usable: pip install fastlib"),
+                               ("rollout.engine=plain", "usable, 1.2")]

@@ -120,7 +120,7 @@ def check_main_entries(cfg: "Config") -> None:
                f"the verifier worker processes (rewards.num_workers={cfg.rewards.num_workers}; "
                "0 scores in this process)" if cfg.rewards.num_workers > 0 else None)
     engines = slurm if d.launcher == "slurm" else \
-        "the engine actors (distributed.launcher=ray)" if d.launcher == "ray" else None
+        f"the engine actors (rollout.num_engines={r.num_engines})" if r.num_engines > 0 else None
     workflows = slurm if d.launcher == "slurm" else prep if d.data_prep_actor else None
     chosen = [("algorithm.loss_fn", cfg.algorithm.loss_fn, POLICY_LOSSES, learners),
               ("rollout.engine", r.engine, ENGINES, engines),
@@ -128,15 +128,20 @@ def check_main_entries(cfg: "Config") -> None:
     refused = [(f"{field}={name!r}", where) for field, name, registry, where in chosen
                if where and _in_main(name, registry)]
     named = [*cfg.rewards.custom_verifiers, *cfg.rewards.remap_verifier.values()]
-    verifiers = sorted({*VERIFIERS.defined_in_main(), *(n for n in named if _in_main(n, VERIFIERS))})
+    verifiers = sorted({*VERIFIERS.defined_in_main(),
+                        *(n for n in named if _in_main(n, VERIFIERS))})
     if scorers and verifiers:
         refused.append((f"verifier {', '.join(repr(v) for v in verifiers)}", scorers))
-    if refused:
-        what, where = refused[0]
-        more = f" (and {len(refused) - 1} more)" if len(refused) > 1 else ""
-        raise ConfigError(f"{what}{more} is defined in __main__ (a script or notebook), which "
+    if len(refused) == 1:
+        (what, where), = refused
+        raise ConfigError(f"{what} is defined in __main__ (a script or notebook), which "
                           f"{where} cannot import: move it into a module and list that module "
                           f"in {FIELD}")
+    if refused:
+        each = "; ".join(f"{what} (needed in {where})" for what, where in refused)
+        raise ConfigError(f"defined in __main__ (a script or notebook), which the run's other "
+                          f"processes cannot import: {each}: move them into a module and list "
+                          f"that module in {FIELD}")
 
 
 def _in_main(name: str, registry: "Registry") -> bool:

@@ -194,6 +194,34 @@ def test_a_main_loss_is_refused_where_learner_ranks_would_need_it():
     with pytest.raises(ConfigError, match="the Ray learner actors"):
         check_main_entries(_cfg("algorithm.loss_fn=script_loss_q", "distributed.launcher=ray"))
     check_main_entries(_cfg("algorithm.loss_fn=script_loss_q"))  # one learner, here
+    with pytest.raises(ConfigError, match="engine actors"):
+        check_main_entries(_cfg("distributed.launcher=ray", "rollout.num_engines=1",
+                                "rollout.engine=__main__:make_engine"))
+
+
+def test_several_main_entries_are_named_in_one_line():
+    _in_main("""
+        from rlvr.algorithm.losses import dapo_loss, register_policy_loss
+        from rlvr.rewards import register_verifier
+
+        @register_policy_loss("script_loss_r")
+        def script_loss_r(inputs, params):
+            return dapo_loss(inputs, params)
+
+        @register_verifier("script_reward_r")
+        def script_reward_r(completion, ground_truth):
+            return 1.0
+        """)
+    with pytest.raises(ConfigError) as refused:
+        check_main_entries(_cfg("algorithm.loss_fn=script_loss_r",
+                                "distributed.num_learners_per_node=[2]"))
+    assert "\n" not in str(refused.value)
+    assert str(refused.value).startswith("defined in __main__ (a script or notebook), which the "
+                                         "run's other processes cannot import: "
+                                         "algorithm.loss_fn='script_loss_r' (needed in the "
+                                         "learner ranks (distributed.num_learners_per_node=[2]))"
+                                         "; verifier 'script_reward_r' (needed in the verifier "
+                                         "worker processes")
 
 
 SCRIPT = """

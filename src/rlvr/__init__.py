@@ -22,6 +22,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from rlvr import moved as _moved
+
 # public name -> the module that defines it
 _EXPORTS = {
     "Config": "rlvr.config", "ConfigError": "rlvr.config", "load_config": "rlvr.config",
@@ -37,6 +39,8 @@ _EXPORTS = {
     "configure_logging": "rlvr.console",
 }
 __all__ = sorted(_EXPORTS)
+
+_moved.install()  # `import rlvr.trainer` names where the module went (rlvr.moved)
 
 
 def __getattr__(name: str) -> Any:

@@ -4,6 +4,7 @@ availability, and the facts the rest of the house asks instead of an engine's na
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import pytest
 
@@ -98,3 +99,21 @@ def test_rlvr_env_reports_each_engine_usable_or_why_not(engines):
     register_engine("plain", version=lambda: "1.2")(_factory)
     assert _engine_lines() == [("rollout.engine=fast", "not usable: pip install fastlib"),
                                ("rollout.engine=plain", "usable, 1.2")]
+
+
+def test_a_named_engines_own_checks_refuse_the_config_before_anything_loads(engines):
+    from rlvr.config import ConfigError, load_config
+    from rlvr.run.input_checks import check_registered_names
+
+    def picky_checks(cfg) -> list[str]:
+        if cfg.rollout.dtype == "float32":
+            return []
+        return [f"rollout.engine=picky needs rollout.dtype=float32, not {cfg.rollout.dtype}"]
+
+    register_engine("picky", checks=picky_checks)(_factory)
+    config = Path(__file__).parents[2] / "configs" / "tiny.yaml"
+    cfg = load_config([str(config)], ["rollout.engine=picky", "rollout.dtype=bfloat16"])
+    with pytest.raises(ConfigError, match="picky needs rollout.dtype=float32, not bfloat16"):
+        check_registered_names(cfg)
+    check_registered_names(load_config([str(config)], ["rollout.engine=picky",
+                                                        "rollout.dtype=float32"]))

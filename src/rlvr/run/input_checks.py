@@ -29,6 +29,18 @@ from rlvr.workflows.chat import check_turns
 log = logging.getLogger(__name__)
 
 
+def _engine_errors(cfg: Config, engines) -> list[str]:
+    """The named engine's own config checks (`Engine.checks`: settings only it reads). Not for
+    `auto`, whose engine depends on the machine that starts it."""
+    if cfg.rollout.engine == "auto":
+        return []
+    try:
+        checks = engines.lookup(cfg.rollout.engine).checks
+    except ValueError:  # an unknown name, reported with the other names
+        return []
+    return list(checks(cfg)) if checks is not None else []
+
+
 def check_registered_names(cfg: Config) -> None:
     """Every name the config picks from a registry exists; ConfigError naming all that do not.
     Here rather than in `rlvr.config`, which imports no part of rlvr."""
@@ -65,6 +77,7 @@ def check_registered_names(cfg: Config) -> None:
     errors += check_template_choice(cfg.data.chat_template,
                                     multi_turn=cfg.rollout.workflow != "single_turn")
     errors += _judge_errors(cfg, ENGINES)
+    errors += _engine_errors(cfg, ENGINES)
     check_main_entries(cfg)  # what a script registered, where other processes need it
     if a.loss_denominator is not None and a.loss_fn in POLICY_LOSSES \
             and POLICY_LOSSES.lookup(a.loss_fn).per == "sequence":

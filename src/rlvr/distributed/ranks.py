@@ -34,9 +34,12 @@ Failure: a follower whose call raises writes a signed {host, pid, traceback} int
 exits, so its sockets close and its peers' collectives fail at once rather than at the
 timeout. Rank 0 then raises `LearnerGroupError` naming every rank that reported, and the ones
 that went silent (killed; their launcher reports how: torchrun and srun print it, the local
-launcher logs each rank's exit status). Followers ignore SIGINT and SIGTERM (srun and a
-terminal send them to every rank): rank 0 decides when to stop, after saving its state with
-their help.
+launcher logs each rank's exit status). A call that runs out of the collective timeout (a rank
+hung, stopped, or cut off with its sockets open) is probed first: every rank whose collective
+timed out meets at a monitored barrier on a gloo group kept for it
+(`rlvr.distributed.world.missing_ranks`), and the report's first line names the ranks that did
+not come, with their hosts. Followers ignore SIGINT and SIGTERM (srun and a terminal send them
+to every rank): rank 0 decides when to stop, after saving its state with their help.
 """
 
 from __future__ import annotations
@@ -60,7 +63,8 @@ from typing import Any, Callable, Mapping
 import torch.distributed as dist
 
 from rlvr.device import bind, resolve_device
-from rlvr.distributed.world import World
+from rlvr.distributed.world import (CollectiveTimeout, World, is_timeout, join_probe,
+                                    missing_ranks)
 from rlvr.rollout.weight_sync.broadcast import bound_socket
 
 log = logging.getLogger(__name__)
@@ -115,6 +119,7 @@ class RankEnv:
 class _Joined:
     store: dist.Store
     control: Any  # the gloo ProcessGroup the calls travel on
+    probe: Any  # a gloo ProcessGroup for naming the ranks missing after a timeout, nothing else
     world: World
     hosts: list[str]  # each rank's host name
     key: bytes  # signs what the store carries: rank 0 drew it, the group carried it
@@ -136,13 +141,14 @@ def _join(env: RankEnv, backend: str, timeout_s: float) -> _Joined:
     dist.init_process_group(backend, store=dist.PrefixStore("rlvr-pg", store), rank=env.rank,
                             world_size=env.world_size, timeout=timeout)
     control = dist.new_group(backend="gloo", timeout=timeout)
+    probe = dist.new_group(backend="gloo", timeout=timeout)
     hosts: list[Any] = [None] * env.world_size
     dist.all_gather_object(hosts, socket.gethostname(), group=control)
     # Only the group's members take part in a broadcast, so the key never touches the store.
     key: list[Any] = [secrets.token_bytes(_KEY_BYTES) if env.rank == 0 else None]
     dist.broadcast_object_list(key, src=0, group=control)
-    return _Joined(store, control, World(env.rank, env.world_size, backend, timeout_s), hosts,
-                   key[0])
+    return _Joined(store, control, probe, World(env.rank, env.world_size, backend, timeout_s),
+                   hosts, key[0])
 
 
 def worker_methods(worker_cls: type) -> frozenset[str]:
@@ -221,7 +227,7 @@ class RankGroup:
             dist.gather_object(None, results, dst=0, group=control)
             results[0] = result
         except Exception as e:
-            self._failed = self._failure_report(method, e)
+            self._failed = self._failure_report(method, e, self._timed_out(method, e))
             raise RankFailure(self._failed) from e
         except BaseException as e:  # an interrupt: the ranks are mid-call, use them no more
             self._failed = f"interrupted by {type(e).__name__} in '{method}'"
@@ -242,10 +248,22 @@ class RankGroup:
         self.worker.shutdown()  # destroys the default process group
         self._joined = None
 
-    def _failure_report(self, method: str, error: BaseException) -> str:
+    def _timed_out(self, method: str, error: BaseException) -> CollectiveTimeout | None:
+        """After a call ran out of the collective timeout: the ranks that do not reach the
+        probe (the others, whose collectives timed out too, come to it); None otherwise."""
+        if not is_timeout(error):
+            return None
+        timeout_s = self._joined.world.timeout_s
+        missing = missing_ranks(self._joined.probe, timeout_s)
+        return CollectiveTimeout(f"the learner ranks' call '{method}'", timeout_s, missing,
+                                 self.hosts)
+
+    def _failure_report(self, method: str, error: BaseException,
+                        timed_out: CollectiveTimeout | None = None) -> str:
         """Every rank's error record (a few seconds for them to arrive), then the silent ranks
-        and what rank 0 itself saw. A record not signed with the call key (someone else wrote
-        it) is ignored and only named."""
+        and what rank 0 itself saw; first, after a timeout, the ranks that did not answer. A
+        record not signed with the call key (someone else wrote it) is ignored and only
+        named."""
         reports: dict[int, str] = {}
         unsigned: set[int] = set()
         deadline = time.monotonic() + _ERROR_GRACE_S
@@ -262,7 +280,8 @@ class RankGroup:
                     reports[rank] = (f"learner rank {rank} on {record['host']} (pid "
                                      f"{record['pid']}):\n{record['error'].rstrip()}")
             time.sleep(0.1)
-        lines = [f"learner ranks failed in '{method}'", *reports.values()]
+        lines = [str(timed_out) if timed_out is not None else
+                 f"learner ranks failed in '{method}'", *reports.values()]
         silent = [f"{rank} on {self.hosts[rank]}" for rank in range(1, self.env.world_size)
                   if rank not in reports]
         if silent:
@@ -343,7 +362,9 @@ def follow(device: str, timeout_s: float, env: RankEnv,
             method, args = mine[0]
             result = _run(worker, method, args, allowed)
             dist.gather_object(result, None, dst=0, group=joined.control)
-        except BaseException:  # noqa: BLE001  reported to rank 0, then this rank ends
+        except BaseException as e:  # noqa: BLE001  reported to rank 0, then this rank ends
+            if is_timeout(e):  # rank 0 probes who is missing: this rank is not
+                join_probe(joined.probe, timeout_s)
             _report_and_exit(joined.store, joined.key, env.rank, method, exit_process)
             return
         if method == STOP:

@@ -94,12 +94,42 @@ def test_two_engine_actors_answer_like_one_local_engine_and_take_pushed_weights(
         engines.close()
 
 
-def test_a_dead_engine_actor_fails_the_call_with_a_clear_error(ray_session, tiny_model_dir,
-                                                               tiny_tokenizer):
+def test_a_dead_engine_actors_share_is_redone_and_an_engine_is_taken_back(
+        ray_session, tiny_model_dir, tiny_tokenizer):
+    """An engine actor that dies (as on a lost node) is not the group's end while another
+    lives: its share is redone on the live one with its own seed (the same answers as an
+    undisturbed group), and the next weight push forms a new group, starting an engine where
+    Ray has room again; it gets the weights before it generates
+    (`rlvr.distributed.engine_membership`)."""
+    local = _local(tiny_model_dir, tiny_tokenizer)
     engines = _engines(tiny_model_dir, tiny_tokenizer, 2)
-    ray_session.kill(engines.actors[1], no_restart=True)
+    try:
+        ray_session.kill(engines.actors[1], no_restart=True)
+        start = time.monotonic()
+        assert _tokens(engines.generate(PROMPTS, GREEDY)) == _tokens(
+            _as_shared(local, PROMPTS, GREEDY))
+        assert time.monotonic() - start < 30
+        assert engines.membership_metrics() == {
+            "engines/live": 1.0, "engines/lost_total": 1.0, "engines/joined_total": 0.0}
+        new = {name: t.float() * 0.9 for name, t in local.model.state_dict().items()}
+        engines.update_weights(new.items(), 1)  # the survivor and a new engine receive it
+        local.update_weights(new.items(), 1)
+        assert engines.membership_metrics()["engines/live"] == 2.0
+        assert engines.membership_metrics()["engines/joined_total"] == 1.0
+        got = engines.generate(PROMPTS, GREEDY)
+        assert _tokens(got) == _tokens(_as_shared(local, PROMPTS, GREEDY))
+        assert {c.model_version for g in got for c in g} == {1}
+    finally:
+        engines.close()
+
+
+def test_the_last_dead_engine_actor_fails_the_call_with_a_clear_error(
+        ray_session, tiny_model_dir, tiny_tokenizer):
+    engines = _engines(tiny_model_dir, tiny_tokenizer, 2)
+    for actor in engines.actors:
+        ray_session.kill(actor, no_restart=True)
     start = time.monotonic()
-    with pytest.raises(EngineGroupError, match="generate failed on engine actor 1"):
+    with pytest.raises(EngineGroupError, match="every engine was lost during generation"):
         engines.generate(PROMPTS, GREEDY)
     assert time.monotonic() - start < 30
     with pytest.raises(EngineGroupError, match="failed earlier"):

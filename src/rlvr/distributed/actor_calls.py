@@ -166,6 +166,11 @@ class ActorGroup:
 
     # ---- failing ---------------------------------------------------------------------------
 
+    def fail(self, what: str, failures: list[ActorFailure]) -> NoReturn:
+        """Fail the group with `failures` a caller found itself (calls it made outside
+        `submit`, as `engine_membership` deals a generation's shares)."""
+        self._fail(what, failures)
+
     def _collect(self, refs: Refs, grace_s: float, running_failed: bool) -> list[ActorFailure]:
         """Each failed actor's error, after waiting up to `grace_s` for the calls still
         running; those still running then count as failed only if `running_failed`."""

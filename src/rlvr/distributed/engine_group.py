@@ -8,21 +8,26 @@ one of two senders:
   weights never pass through the driver: the trainer's path;
 - this process (`update_weights`), when it holds the weights itself.
 
-Failures are loud (`actor_calls.ActorGroup`): an engine that raises or dies fails the call with
+Failures are loud (`actor_calls.ActorGroup`): an engine that raises fails the call with
 `EngineGroupError` naming the engine and carrying its traceback, and every engine actor is
-stopped. The engines are independent: one engine's failure does not wait for the others.
+stopped. An engine that dies (its node lost) does not, while others live: the group started
+here goes on with those left and takes engines back when Ray has room again
+(`engine_membership`); the last one lost is `EngineGroupError`. A group made `from_actors`
+another process started fails on any death, as it cannot restart them.
 Not here: which prompts to generate (the trainer), the learners (`LearnerGroup`).
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import replace
 from typing import Callable, Iterable
 
 import torch
 
-from rlvr.distributed.actor_calls import ActorGroup
+from rlvr.distributed.actor_calls import ActorFailure, ActorGroup
+from rlvr.distributed.engine_membership import EngineActor, EngineMembership, EnginesLost
 from rlvr.distributed.engine_worker import Endpoint, EngineWorker
 from rlvr.distributed.ray_session import ensure_ray, free_endpoint, thread_env
 from rlvr.models import DTYPES
@@ -30,6 +35,8 @@ from rlvr.rollout.base import EngineSettings, engine_record
 from rlvr.rollout.seeds import derive_seed
 from rlvr.rollout.weight_sync.broadcast import DEFAULT_BUCKET_BYTES, BroadcastTransport, layout_of
 from rlvr.types import Completion, SamplingParams
+
+log = logging.getLogger(__name__)
 
 # Calls one engine actor runs at once: a generation, an evaluation, a weight receive, and one
 # spare (the engines' locks order what must not overlap).
@@ -79,12 +86,18 @@ class EngineGroup:
             num_cpus=cpus_per_engine, num_gpus=gpus_per_engine,
             max_concurrency=_ACTOR_CONCURRENCY, max_restarts=0,
             runtime_env=thread_env(num_threads))
-        self._attach([actor_cls.remote(engine_name, model_dir, cfg, eos_token_ids,
-                                       pad_token_id, num_threads)
-                      for _ in range(num_engines)], timeout_s,
+
+        def start(n: int) -> list:
+            return [actor_cls.remote(engine_name, model_dir, cfg, eos_token_ids, pad_token_id,
+                                     num_threads) for _ in range(n)]
+
+        self._attach(start(num_engines), timeout_s,
                      ranks_per_engine=engine_record(engine_name).receiving_ranks(cfg),
                      bucket_bytes=bucket_bytes, weight_dtype=DTYPES[cfg.dtype])
-        self._actors.call("ready", [()] * num_engines, "start", timeout_s=timeout_s)
+        places = self._actors.call("node", [()] * num_engines, "start", timeout_s=timeout_s)
+        self._members = EngineMembership(
+            [EngineActor(a, *p) for a, p in zip(self._actors.live(), places)], num_engines,
+            start, _locate, {"CPU": cpus_per_engine, "GPU": gpus_per_engine}, timeout_s)
 
     @classmethod
     def from_actors(cls, actors: list, timeout_s: float) -> "EngineGroup":
@@ -107,6 +120,8 @@ class EngineGroup:
         self._transport: BroadcastTransport | None = None  # when this process is the sender
         self._endpoint: Endpoint | None = None
         self._actors = ActorGroup(actors, "engine group", "engine actor", EngineGroupError)
+        self.num_shares = len(actors)  # a generation's shares, however many engines live
+        self._members: EngineMembership | None = None  # only the owner restarts engines
 
     @property
     def actors(self) -> list:
@@ -119,11 +134,59 @@ class EngineGroup:
     # ---- the RolloutEngine surface -------------------------------------------------------
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Completion]]:
-        shares = split_evenly(list(prompts), self.num_engines)
+        shares = split_evenly(list(prompts), self.num_shares)
         args: list[tuple | None] = [(share, share_params(params, k))
                                     for k, share in enumerate(shares)]
-        parts = self._actors.call("generate", args + [None] * (self.num_engines - len(args)))
+        if self._members is not None:  # shares dealt over the live engines, redone on loss
+            parts = self._on_members(lambda m: m.run_shares(
+                "generate", args, "generation", self._fail_engine))
+        else:
+            parts = self._actors.call("generate",
+                                      args + [None] * (self.num_engines - len(args)))
         return [group for part in parts for group in part]
+
+    # ---- membership (`engine_membership`) ---------------------------------------------------
+
+    def membership_metrics(self) -> dict[str, float]:
+        """`engines/live`, `engines/lost_total`, `engines/joined_total`; {} for a group that
+        does not restart engines."""
+        return self._members.metrics() if self._members is not None else {}
+
+    def refresh_members(self) -> None:
+        """At a weight-sync point, before the sender forms its group: drop engines on nodes
+        Ray reports dead, start engines where Ray has room again, and if the membership moved
+        since the broadcast group formed, forget that group (`endpoint_unset` again)."""
+        if self._members is None:
+            return
+        self._on_members(lambda m: (m.check_alive(), m.refill()))
+        self._follow_members()
+
+    def _on_members(self, work: Callable[[EngineMembership], object]):
+        """`work(membership)`, the actor group following what it changed; no engine left is
+        `EngineGroupError` (the run stops, exit 4)."""
+        self._actors.live()  # a group that failed refuses every call
+        try:
+            return work(self._members)
+        except EnginesLost as e:
+            self._actors.abandon({}, "engine group", f"{e}: no engine is left", grace_s=0)
+            raise EngineGroupError(f"{e}: no engine is left; the engine group was stopped") \
+                from None
+        finally:
+            self._follow_members()
+
+    def _follow_members(self) -> None:
+        members = self._members
+        if members is None or not members.changed or self._actors.failure is not None:
+            return
+        self._actors = ActorGroup(members.handles, "engine group", "engine actor",
+                                  EngineGroupError)
+        self.num_engines = len(members.engines)
+        self._endpoint, self._transport = None, None  # a new broadcast group at the next sync
+        members.changed = False
+
+    def _fail_engine(self, position: int, error: str) -> None:
+        """An engine raised (not died): the whole group fails, as `ActorGroup` has it."""
+        self._actors.fail("generate", [ActorFailure(position, False, error)])
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]],
                        version: int) -> None:
@@ -140,7 +203,19 @@ class EngineGroup:
                                                      wire_dtype=self.weight_dtype)
             self._transport.push(named, version)
 
-        self.receive_while(send)
+        self.sync_with_retries(lambda: self.receive_while(send))
+
+    def sync_with_retries(self, sync: Callable[[], None]) -> None:
+        """`sync()` (one push to every engine) after `refresh_members`, again with the engines
+        left while some die in its middle (each try loses one at least: bounded)."""
+        for _ in range(self.num_shares):
+            self.refresh_members()
+            try:
+                return sync()
+            except EnginesLost as e:
+                log.warning("%s; pushing again to the %d left", e, self.num_engines)
+        self.refresh_members()
+        sync()
 
     def close(self) -> None:
         # No goodbye broadcast (`BroadcastTransport.close`): the engines only listen inside
@@ -179,10 +254,37 @@ class EngineGroup:
             for i in range(self.num_engines)])
         try:
             send()
-        except Exception:
+        except Exception as e:
+            dead = (self._members.dead_among(refs, _SENDER_GRACE_S)
+                    if self._members is not None else {})
+            if dead:  # engines died mid-push: those left form a new group (the caller retries)
+                self._members.lose(set(dead), "a weight sync", next(iter(dead.values())))
+                if not self._members.engines:
+                    self._actors.abandon({}, "weight sync", "every engine actor was lost",
+                                         grace_s=0)
+                    raise EngineGroupError("every engine actor was lost during a weight sync; "
+                                           "the engine group was stopped") from e
+                self._follow_members()
+                raise EnginesLost(f"{len(dead)} engine(s) lost during a weight sync") from e
             # The engines wait for a push that will never come: stop them. If one died, its
             # error names the cause better, and is raised instead of the sender's.
             self._actors.abandon(refs, "weight sync", "weight sync failed on the sender's side",
                                  grace_s=_SENDER_GRACE_S)
             raise
         self._actors.wait(refs, "weight sync")
+
+
+def _locate(actors: list, timeout_s: float) -> list:
+    """Each new engine actor's (node id, node IP) once it is built, or the error that kept it
+    from starting within `timeout_s` (`EngineMembership.refill`)."""
+    import ray
+
+    refs = [a.node.remote() for a in actors]
+    ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+    places = []
+    for ref in refs:
+        try:
+            places.append(ray.get(ref, timeout=0))
+        except Exception as e:  # noqa: BLE001  a start that failed or did not finish in time
+            places.append(e)
+    return places

@@ -37,13 +37,21 @@ class EngineWorker:
         self.engine = create_engine(engine_name, model_dir, cfg, eos_token_ids, pad_token_id)
         self._receiver: BroadcastReceiver | None = None
         self._receive_lock = threading.Lock()
-        self._joined = False  # the engine's own workers joined the sender's group
+        self._joined: Endpoint | None = None  # the group the engine's own workers joined
+        self._receiver_at: Endpoint | None = None  # where `_receiver`'s group formed
         # Where weights pushed over NCCL land: this actor's GPU (gloo pushes use host memory).
         self._weights_device = resolve_device(cfg.device).torch
 
     def ready(self) -> bool:
         """Returns once the engine is built (the constructor ran): a start-up barrier."""
         return True
+
+    def node(self) -> tuple[str, str]:
+        """(Ray node id, node IP) this actor runs on, once the engine is built: where a lost
+        node's warning points (`engine_membership`)."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address()
 
     def resources(self) -> dict[str, str]:
         """The GPUs Ray gave this engine actor (an engine uses what CUDA_VISIBLE_DEVICES
@@ -61,16 +69,21 @@ class EngineWorker:
         or NCCL) and bucket size. An engine with workers of its own (`join_weight_group`)
         receives in them, one rank each, so tensor-parallel shards load on their own GPUs;
         another engine, in this process, in one streamed `update_weights` call."""
+        # A new endpoint is a new group: the sender formed one without a lost engine, or
+        # with a new one (`engine_membership`); the old group is left behind.
+        endpoint = tuple(endpoint)
         with self._receive_lock:
             host, port = endpoint
             if hasattr(self.engine, "join_weight_group"):
-                if not self._joined:
+                if self._joined != endpoint:
                     self.engine.join_weight_group(host, port, first_rank, world_size, timeout_s)
-                    self._joined = True
+                    self._joined = endpoint
                 return self.engine.receive_pushed_weights()
-            if self._receiver is None:
+            if self._receiver is None or self._receiver_at != endpoint:
+                self._receiver = None  # the old group's sockets close with it
                 self._receiver = BroadcastReceiver(host, port, first_rank, world_size - 1,
                                                    timeout_s, device=self._weights_device)
+                self._receiver_at = endpoint
             return self._receiver.receive_into(self.engine)
 
     def close(self) -> None:

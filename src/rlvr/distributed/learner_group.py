@@ -47,6 +47,12 @@ class LearnerGroupError(RuntimeError):
     """A learner rank failed (raised, died or timed out); the group is unusable."""
 
 
+class WeightPushFailed(LearnerGroupError):
+    """Rank 0 could not push the weights to the engines (`LearnerWorker.push_weights`); the
+    learners are intact. The engine group decides: a new group with the engines left, or a
+    stop when none died (a learner fault then, as before)."""
+
+
 def combine_results(results: list[UpdateResult], seconds: float) -> UpdateResult:
     """One step's result from every rank's: sums add, maxima take the max. Grad norm, learning
     rate and skipped steps are global (the norm is all-reduced), so rank 0's are everyone's."""
@@ -182,8 +188,11 @@ class LearnerGroup:
         """Every rank gathers; rank 0 broadcasts to the `num_receivers` engine ranks at
         `endpoint`, which must be receiving meanwhile (`EngineGroup.receive_while`), its
         floating-point weights in `wire_dtype` (the engines'; None: the learner's)."""
-        self._call("push_weights", [(version, endpoint, num_receivers, bucket_bytes,
-                                     wire_dtype)] * self.num_learners)
+        error = self._call("push_weights", [(version, endpoint, num_receivers, bucket_bytes,
+                                             wire_dtype)] * self.num_learners)[0]
+        if error is not None:
+            raise WeightPushFailed(f"learner rank 0 could not push the weights to the engines "
+                                   f"at {endpoint[0]}:{endpoint[1]}: {error}")
 
     def update_reference(self, alpha: float) -> None:
         self._call("update_reference", [(alpha,)] * self.num_learners)

@@ -76,6 +76,7 @@ class LearnerWorker:
         self.world: World | None = None
         self.learner: Learner | None = None
         self._engines: BroadcastTransport | None = None  # rank 0 only, from the first push
+        self._engines_at: tuple[str, int] | None = None  # the endpoint its group formed at
         self.device = None  # resolved in setup, on the rank's own process
 
     def rendezvous_address(self) -> str:
@@ -207,14 +208,20 @@ class LearnerWorker:
 
     def push_weights(self, version: int, endpoint: tuple[str, int], num_engines: int,
                      bucket_bytes: int = DEFAULT_BUCKET_BYTES,
-                     wire_dtype: torch.dtype | None = None) -> None:
+                     wire_dtype: torch.dtype | None = None) -> str | None:
         """Gather the full weights (a collective) and broadcast them from rank 0 to the
         engines in buckets of at most `bucket_bytes`, over this rank's backend (NCCL from a
         GPU, gloo from a CPU); the first push also forms the group at `endpoint` (from
         `weight_sync_endpoint`), blocking until every engine has joined. `num_engines` counts
         receiving ranks. Floating-point weights travel in `wire_dtype`, the engines' weight
         dtype (`wire_layout`; None: as the learner holds them). The bucket size and the wire
-        dtype are fixed by the first push."""
+        dtype are fixed by the first push. A new `endpoint` forms a new group (the engines
+        changed: `rlvr.distributed.engine_membership`).
+
+        A push that fails on the engines' side (one died mid-broadcast) is returned as rank 0's
+        "Type: message", not raised: this rank still takes part in every gather (the other
+        ranks wait on it), and the learners stay up while the engines left form a new group.
+        None when the push went through, and on every other rank."""
         policy = self._learner().policy
         weights = iter_full_weights(policy)  # gathered one tensor at a time, on every rank
         if self.rank != 0:
@@ -225,13 +232,22 @@ class LearnerWorker:
         if is_lora(policy):  # engines load merged weights under the base model's names
             scales = adapter_scales(policy)
             weights, layout = merge_adapter_weights(weights, scales), merged_layout(layout, scales)
-        if self._engines is None:
-            host, port = endpoint
-            self._engines = BroadcastTransport(
-                host, port, num_engines, layout, self.spec.timeout_s,
-                bucket_bytes=bucket_bytes, backend=self.device.backend, device=self.device.torch,
-                wire_dtype=wire_dtype)
-        self._engines.push(weights, version)
+        try:
+            if self._engines is None or self._engines_at != tuple(endpoint):
+                self._engines = None  # a group that lost an engine cannot be reused
+                host, port = endpoint
+                self._engines = BroadcastTransport(
+                    host, port, num_engines, layout, self.spec.timeout_s,
+                    bucket_bytes=bucket_bytes, backend=self.device.backend,
+                    device=self.device.torch, wire_dtype=wire_dtype)
+                self._engines_at = tuple(endpoint)
+            self._engines.push(weights, version)
+        except Exception as e:  # noqa: BLE001  reported to the driver, which decides
+            for _ in weights:  # the other ranks' gathers go on: take part to the end
+                pass
+            self._engines, self._engines_at = None, None
+            return f"{type(e).__name__}: {e}"
+        return None
 
     def update_reference(self, alpha: float) -> None:
         """Polyak step on this rank's shards: policy and reference are sharded alike."""

@@ -98,13 +98,18 @@ class GroupLearner:
 
     def broadcast_to(self, engines: EngineGroup, version: int) -> None:
         """Rank 0 gathers and broadcasts to the engine actors; nothing passes through here.
-        The first call forms the broadcast group at an endpoint on rank 0's node."""
-        if engines.endpoint_unset:
-            engines.set_endpoint(self.group.weight_sync_endpoint())
-        endpoint = engines.endpoint()
-        engines.receive_while(
-            lambda: self.group.push_weights(version, endpoint, engines.num_receivers,
-                                            engines.bucket_bytes, engines.weight_dtype))
+        The first call forms the broadcast group at an endpoint on rank 0's node, and so does
+        the first after the engines changed (one lost, one started: `engine_membership`)."""
+
+        def sync() -> None:
+            if engines.endpoint_unset:
+                engines.set_endpoint(self.group.weight_sync_endpoint())
+            endpoint = engines.endpoint()
+            engines.receive_while(
+                lambda: self.group.push_weights(version, endpoint, engines.num_receivers,
+                                                engines.bucket_bytes, engines.weight_dtype))
+
+        engines.sync_with_retries(sync)
 
     def close(self) -> None:
         """Stop every rank (safe to call twice)."""

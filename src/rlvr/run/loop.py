@@ -22,6 +22,7 @@ from rlvr.checkpoint import save_final_model, save_model_checkpoint
 from rlvr.checkpoint.state import save_state
 from rlvr.config import Config
 from rlvr.device import HOST, release_cached_memory
+from rlvr.distributed.engine_group import EngineGroup
 from rlvr.run.faults import engine_fault
 from rlvr.run.input_checks import verifiers_used
 from rlvr.run.errors import ResumeRefused, TrainingInterrupted
@@ -331,6 +332,8 @@ def _finish_step(run: Run, stop: StopOnSignal, step: int, metrics: dict[str, flo
     if cfg.checkpoint.save_freq and step % cfg.checkpoint.save_freq == 0:
         save_model_checkpoint(run.learner.policy, run.tokenizer, run.output_dir, step,
                               cfg.checkpoint.keep_last_n_checkpoints)
+    if isinstance(run.engine, EngineGroup):  # engines lost and taken back (`engine_membership`)
+        metrics.update(run.engine.membership_metrics())
     # Wall time since this process built the run: compares runs by reward per second.
     metrics["time/elapsed"] = time.perf_counter() - run.started
     run.logger.log(step, metrics)

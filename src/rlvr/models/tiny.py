@@ -46,7 +46,8 @@ def build_tiny_model(vocab_size: int, eos_id: int, pad_id: int, seed: int = 0) -
         intermediate_size=128,
         num_hidden_layers=2,
         # head_dim 32: the smallest every engine's CPU attention supports (16 fails in one), so
-        # every engine runs the same tiny model. Two query heads share one KV head: GQA stays exercised.
+        # every engine runs the same tiny model. Two query heads share one KV head: GQA stays
+        # exercised.
         num_attention_heads=2,
         num_key_value_heads=1,
         max_position_embeddings=2048,

@@ -7,8 +7,8 @@ the answer part of the completion, `strip_thinking`, as every other verifier gra
 score from the reply's last non-empty line, which `score_regex` must match whole (by default
 "Score: N"), divided by `max_score` and clamped to [0, 1]. A reply with no score there, or one
 that did not finish (cut off at `max_tokens`), is an error, not a silent 0. The judge is
-- an rlvr engine (any `rollout.engine` name but `remote`) loaded in this process, with the judge tokenizer's own
-  chat template: one `generate` call per batch; or
+- an rlvr engine that loads its model in this process (any registered engine but one on
+  servers), with the judge tokenizer's own chat template: one `generate` call per batch; or
 - any OpenAI-compatible endpoint (`openai`): `POST {base_url}/chat/completions`, requests of a
   batch sent concurrently.
 Either way one batch takes at most `timeout_s`; judgements not back by then are timeouts, and

@@ -97,12 +97,12 @@ def check_registered_names(cfg: Config) -> None:
 
 def _judge_errors(cfg: Config, engines: object) -> list[str]:
     """`rewards.judge.engine` names an engine that loads a model here, or `openai`; the API
-    key it names is set. (`remote` would reach the policy's own servers: a judge on a server
-    is `openai` with that server's base_url.)"""
+    key it names is set. (An engine on servers would reach the policy's own: a judge on a
+    server is `openai` with that server's base_url.)"""
     j = cfg.rewards.judge
     if j is None:
         return []
-    known = sorted({*engines, "openai"} - {"remote"})
+    known = sorted({name for name in engines if not engines[name].uses_servers} | {"openai"})
     if j.engine not in known:
         return [f"rewards.judge.engine={j.engine!r} is not one of {known}"]
     if j.engine == "openai" and j.api_key_env and not os.environ.get(j.api_key_env):

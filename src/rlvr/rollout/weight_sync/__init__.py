@@ -22,7 +22,8 @@ The paths, shortest first:
 The receiving side is each engine's: `RolloutEngine.update_weights` in process,
 `broadcast.BroadcastReceiver` in an engine actor, and an engine whose workers receive for
 themselves provides `join_weight_group` / `receive_pushed_weights` and runs a receiver in each
-worker, in its own subpackage (`rlvr.rollout.<engine>`). `tied` holds the one weight-stream rule several receivers share.
+worker, in its own subpackage (`rlvr.rollout.<engine>`). `tied` holds the one weight-stream
+rule several receivers share.
 """
 
 from __future__ import annotations

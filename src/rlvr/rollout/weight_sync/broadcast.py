@@ -132,10 +132,10 @@ def cut_buckets(layout: Layout, bucket_bytes: int) -> list[Bucket]:
 
     Why mixed dtypes in one byte buffer rather than a bucket per dtype: it keeps the layout
     (the model's own) order, and an engine's layerwise reload finishes a layer only once all
-    of its weights arrived, holding the rest until then, so weights grouped by layer keep that small; it needs
-    one buffer and one broadcast per bucket whatever the number of dtypes; and each tensor
-    keeps the dtype the layout gives it, so an fp32 norm next to bf16 matrices arrives as fp32
-    (`wire_layout` decides those dtypes).
+    of its weights arrived, holding the rest until then, so weights grouped by layer keep that
+    small; it needs one buffer and one broadcast per bucket whatever the number of dtypes; and
+    each tensor keeps the dtype the layout gives it, so an fp32 norm next to bf16 matrices
+    arrives as fp32 (`wire_layout` decides those dtypes).
     """
     if bucket_bytes < 1:
         raise ValueError(f"bucket_bytes={bucket_bytes} must be >= 1")

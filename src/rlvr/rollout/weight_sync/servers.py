@@ -16,8 +16,8 @@ oldest token's); `wait` pauses let them finish on the old weights first.
   the servers' workers (gloo here, NCCL on GPUs), joined through rlvr's worker extension
   (the serving engine's receiver, in its subpackage: the same receive loop engine actors use);
   each push streams the weights in buckets (`rlvr.rollout.weight_sync.broadcast`). The group's
-  store listens on `weight_sync_host` only, and its plan is signed with the run's key, which the servers'
-  workers check before they join.
+  store listens on `weight_sync_host` only, and its plan is signed with the run's key, which
+  the servers' workers check before they join.
 
 Servers load only what is under their run's weights directory (`rlvr.serving.guard`), so
 `DiskUpdate`'s directory must be the one the servers were started with

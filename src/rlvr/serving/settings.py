@@ -8,10 +8,9 @@ section of the rollout config (`rollout.vllm`), the engine the servers run.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from rlvr.config import Config
 from rlvr.device import engine_dtype
+from rlvr.run.paths import RunPaths
 from rlvr.serving.server import ServerSettings
 
 
@@ -30,4 +29,4 @@ def server_settings(cfg: Config, model_dir: str, device: str, bf16: bool,
         enforce_eager=r.vllm.enforce_eager,
         enable_prefix_caching=r.vllm.enable_prefix_caching, seed=cfg.experiment.seed,
         device=device, cpu_threads_bind=r.vllm.cpu_threads_bind,
-        weights_dir=str((Path(cfg.experiment.output_dir) / "weight_updates").resolve()))
+        weights_dir=str(RunPaths(cfg.experiment.output_dir).weight_updates.resolve()))

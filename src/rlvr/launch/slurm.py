@@ -13,7 +13,11 @@ the trainer step runs `rlvr train` with the servers' addresses set, and that jus
 Every way out stops the job: it ends by itself; a SIGINT/SIGTERM here cancels it (the script's
 trap stops each step and the trainer saves its state on the SIGTERM Slurm sends it); a job
 that ends without writing its exit code (cancelled before it started, killed, a failed node)
-is reported with `scontrol show job` and counted as failed.
+is reported with `scontrol show job` and counted as failed: with the state Slurm ended it in
+(NODE_FAIL, PREEMPTED, TIMEOUT, ...) named and exit code `SLURM_ENDED_EXIT_CODE` when Slurm
+ended it, 1 otherwise. A job Slurm requeues (it asks for `--requeue`: preemption, a failed
+node, `scontrol requeue`, or its own requeue after the time-limit signal,
+`rlvr.launch.slurm_script`) is waited for through its restarts, each announced in one line.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from rlvr.checkpoint.atomic import write_text_atomic
 from rlvr.config import Config, to_yaml
 from rlvr.run.errors import SlurmJobFailed
 from rlvr.launch.slurm_script import JobFiles, batch_script, job_layout
+from rlvr.run.paths import RunPaths
 from rlvr.serving.auth import prepare_run_key
 
 log = logging.getLogger(__name__)
@@ -41,6 +46,15 @@ log = logging.getLogger(__name__)
 # squeue states after which nothing of the job runs any more (COMPLETING still stops steps).
 ENDED_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
                 "PREEMPTED", "BOOT_FAIL", "DEADLINE", "SPECIAL_EXIT", "REVOKED"}
+# States from which Slurm may still requeue a job that asked for it: keep polling this long.
+REQUEUE_STATES = {"PREEMPTED", "NODE_FAIL"}
+REQUEUE_WAIT_S = 30.0
+# States in which Slurm, not the job, ended it; with no exit code written, `rlvr train` exits
+# SLURM_ENDED_EXIT_CODE (docs/faults.md), naming the state.
+SLURM_ENDED = {"NODE_FAIL": "its node failed", "PREEMPTED": "Slurm preempted it",
+               "TIMEOUT": "it reached its time limit", "BOOT_FAIL": "its node failed to boot",
+               "DEADLINE": "it reached its deadline", "OUT_OF_MEMORY": "it ran out of memory"}
+SLURM_ENDED_EXIT_CODE = 10
 EXIT_CODE_GRACE_S = 30.0  # a shared file system may show the exit code file this late
 CANCEL_WAIT_S = 120.0  # after scancel, how long to wait for the job to end
 MAX_SQUEUE_FAILURES = 10
@@ -55,6 +69,7 @@ class SlurmJob:
     files: JobFiles
     output_dir: Path
     exit_code: int | None = None
+    state: str | None = None  # the last state squeue showed (None: never seen, or forgotten)
 
 
 class SlurmCommands:
@@ -109,7 +124,7 @@ def prepare(cfg: Config, python: str = "", workdir: str = "") -> tuple[JobFiles,
 
     cfg = _absolute_paths(cfg)
     check_run_inputs(cfg)  # bad input fails here, before the job's files are written
-    files = JobFiles(Path(cfg.experiment.output_dir) / "slurm")
+    files = JobFiles(RunPaths(cfg.experiment.output_dir).slurm)
     model_dir = resolve_model_dir(cfg.model.name_or_path)  # built-ins are written here, once
     if Path(model_dir).exists():
         model_dir = str(Path(model_dir).resolve())
@@ -138,20 +153,20 @@ def wait_for(job: SlurmJob, commands: SlurmCommands, poll_s: float = 5.0) -> Slu
     cancels it. The exit code is read from the file the script writes (None: it wrote none;
     128 + the signal when we cancelled it before it could)."""
     follower = LogFollower([job.files.job_log, job.files.trainer_log])
+    watch = _JobWatch(job.job_id, commands, follower)
     with _RaiseOnSignal() as stop:
         try:
-            _poll_until_ended(job.job_id, commands, poll_s, follower)
+            watch.until_ended(poll_s)
         except _Stop:
             print(f"rlvr: {signal.Signals(stop.signum).name}: cancelling Slurm job "
                   f"{job.job_id}", file=sys.stderr, flush=True)
             commands.cancel(job.job_id)
-            _poll_until_ended(job.job_id, commands, poll_s, follower,
-                              time.monotonic() + CANCEL_WAIT_S)
+            watch.until_ended(poll_s, time.monotonic() + CANCEL_WAIT_S)
     follower.poll()
     exit_code = _read_exit_code(job.files, EXIT_CODE_GRACE_S)
     if exit_code is None and stop.signum is not None:
         exit_code = 128 + stop.signum
-    return dataclasses.replace(job, exit_code=exit_code)
+    return dataclasses.replace(job, exit_code=exit_code, state=watch.state)
 
 
 def run_in_allocation(cfg: Config) -> SlurmJob:
@@ -216,27 +231,63 @@ def _size(path: Path) -> int:
         return 0
 
 
-def _poll_until_ended(job_id: str, commands: SlurmCommands, poll_s: float,
-                      follower: LogFollower, deadline: float | None = None) -> None:
-    """Returns once squeue shows the job ended (or forgot it), or at `deadline`. squeue failing
-    (a controller restarting) is retried, MAX_SQUEUE_FAILURES times in a row at most."""
-    next_check, failures = time.monotonic(), 0
-    while deadline is None or time.monotonic() < deadline:
-        if time.monotonic() >= next_check:
-            try:
-                state = commands.state(job_id)
-                failures = 0
-            except RuntimeError as e:
-                failures += 1
-                if failures >= MAX_SQUEUE_FAILURES:
-                    raise
-                log.warning("%s (try %d of %d)", e, failures, MAX_SQUEUE_FAILURES)
-                state = ""
-            if state is None or state in ENDED_STATES:
-                return
-            next_check = time.monotonic() + poll_s
-        follower.poll()
-        time.sleep(min(1.0, poll_s))
+class _JobWatch:
+    """Polls one job until it ends, printing its logs as they grow and one line each time it
+    is requeued (it ran, then is pending again). squeue failing (a controller restarting) is
+    retried, MAX_SQUEUE_FAILURES times in a row at most. `state`: the last state seen."""
+
+    def __init__(self, job_id: str, commands: SlurmCommands, follower: LogFollower):
+        self.job_id, self.commands, self.follower = job_id, commands, follower
+        self.state: str | None = None
+        self.ran = False  # the job ran since it was (re)queued
+        self.failures = 0
+        self.requeue_deadline: float | None = None  # set while in a REQUEUE_STATES state
+
+    def until_ended(self, poll_s: float, deadline: float | None = None) -> None:
+        """Returns once squeue shows the job ended (or forgot it), or at `deadline`."""
+        next_check = time.monotonic()
+        while deadline is None or time.monotonic() < deadline:
+            if time.monotonic() >= next_check:
+                if self._ended(self._poll()):
+                    return
+                next_check = time.monotonic() + poll_s
+            self.follower.poll()
+            time.sleep(min(1.0, poll_s))
+
+    def _poll(self) -> str | None:
+        try:
+            state = self.commands.state(self.job_id)
+            self.failures = 0
+        except RuntimeError as e:
+            self.failures += 1
+            if self.failures >= MAX_SQUEUE_FAILURES:
+                raise
+            log.warning("%s (try %d of %d)", e, self.failures, MAX_SQUEUE_FAILURES)
+            return ""
+        if state in ("RUNNING", "COMPLETING"):
+            self.ran = True
+        elif state in ("PENDING", "REQUEUED", "REQUEUE_HOLD") and self.ran:
+            self.ran = False
+            print(f"rlvr: {time.strftime('%H:%M:%S')} Slurm job {self.job_id} was requeued "
+                  f"({state}; preempted, its node failed, its time was nearly up, or scontrol "
+                  "requeue): it resumes from its saved training state when it runs again",
+                  file=sys.stderr, flush=True)
+        if state is not None and state != "":
+            self.state = state
+        return state
+
+    def _ended(self, state: str | None) -> bool:
+        if state is None:
+            return True
+        if state not in ENDED_STATES:
+            self.requeue_deadline = None
+            return False
+        if state not in REQUEUE_STATES:
+            return True
+        # Slurm may requeue a preempted job or one whose node failed: give it the time to.
+        if self.requeue_deadline is None:
+            self.requeue_deadline = time.monotonic() + REQUEUE_WAIT_S
+        return time.monotonic() >= self.requeue_deadline
 
 
 def _read_exit_code(files: JobFiles, grace_s: float) -> int | None:
@@ -258,6 +309,13 @@ def _checked(job: SlurmJob, commands: SlurmCommands | None) -> SlurmJob:
     logs = f"logs: {job.files.trainer_log}, {job.files.job_log}, {job.files.dir}/server_*.log"
     if job.exit_code is None:
         shown = commands.show_job(job.job_id) if commands and job.job_id else ""
+        if job.state in SLURM_ENDED:
+            raise SlurmJobFailed(
+                f"{what} ended in state {job.state}: {SLURM_ENDED[job.state]} and the job was "
+                f"not requeued; rerun the same command to resume from the last training state "
+                f"saved in {job.output_dir} (distributed.slurm.requeue=true requeues it by "
+                f"itself); {logs}" + (f"\nscontrol show job {job.job_id}:\n{shown}" if shown
+                                       else ""), SLURM_ENDED_EXIT_CODE)
         raise SlurmJobFailed(
             f"{what} ended without writing {job.files.exit_code} (cancelled before it ran, "
             f"killed, or its node failed); {logs}"

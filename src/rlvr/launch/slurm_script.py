@@ -7,6 +7,16 @@ if a server step exits), runs the trainer step on the first node with `RLVR_LLM_
 set, and on every way out (the trainer's end, an error, scancel's or the time limit's SIGTERM)
 writes the exit code to `<output_dir>/slurm/exit_code` and stops every step. Pure functions:
 tested without Slurm.
+
+Preemption and requeue: the job asks for `--requeue` and for SIGUSR1 to its batch shell
+`distributed.slurm.signal_grace_s` seconds before its time limit. On that signal the script
+sends SIGTERM to the trainer's step only (the servers keep serving the step it finishes), waits
+up to the grace for the trainer to save its state and exit 143, then stops the servers and
+runs `scontrol requeue` on itself; the requeued job (same script, SLURM_RESTART_COUNT > 0)
+runs the same `rlvr train`, which resumes from that state (`rlvr.checkpoint.rerun`). A job that
+Slurm itself requeues (scontrol requeue, preemption, a failed node) gets SIGTERM everywhere at
+once; the trainer saves if it can in Slurm's KillWait, else the rerun resumes from the last
+state saved before. Logs are appended across restarts, so each attempt's lines stay.
 What it is not: submitting the script or waiting for it (`rlvr.launch.slurm`).
 
 Servers bind their node's address as Slurm knows it (`NodeAddr`, else the node's name), not
@@ -165,6 +175,9 @@ def batch_script(cfg: Config, layout: JobLayout, files: JobFiles, model_dir: str
              "# The run's server key is in this 0600 file; the script never holds the key.",
              f"export {KEY_FILE_ENV}={q(str(run_key_path(cfg.experiment.output_dir)))}",
              f"STARTUP_TIMEOUT_S={int(cfg.rollout.server_startup_timeout_s)}",
+             # How long the trainer may take to finish its step and save after SIGUSR1: the
+             # grace, less time to stop the servers and requeue.
+             f"SAVE_WAIT_S={_save_wait_s(cfg.distributed.slurm.signal_grace_s)}",
              f"NUM_NODES={layout.nodes}"]
     if layout.gpus_per_node:
         cpus = cfg.distributed.slurm.cpus_per_task
@@ -199,7 +212,18 @@ def _sbatch_options(cfg: Config, layout: JobLayout, files: JobFiles, workdir: st
                 "--cpus-per-task": str(s.cpus_per_task) if s.cpus_per_task else "",
                 "--partition": s.partition, "--account": s.account}
     options += [f"{flag}={value}" for flag, value in optional.items() if value]
+    # A requeued job appends to its log (each attempt's lines stay); Slurm signals the batch
+    # shell (B:) before the time limit so the trainer can save and the job requeue itself.
+    options += ["--open-mode=append", "--requeue" if s.requeue else "--no-requeue"]
+    if s.signal_grace_s:
+        options.append(f"--signal=B:USR1@{s.signal_grace_s}")
     return options + list(s.sbatch_args)
+
+
+def _save_wait_s(grace_s: int) -> int:
+    """Seconds the trainer gets to save after SIGUSR1: the grace less 30 s for stopping the
+    servers and requeueing (at least 10)."""
+    return max(10, grace_s - 30)
 
 
 # What each value on an #SBATCH line may hold. A line break would end the comment and make the
@@ -273,8 +297,10 @@ def _trainer_step(layout: JobLayout, sync_host: str) -> str:
     `--kill-on-bad-exit` so a rank that fails ends the step."""
     train = f'"$PYTHON" -m rlvr.cli train "$CONFIG"{sync_host} &'
     if layout.num_learners == 1:
-        return (_srun(layout, 0, layout.trainer_gpus, "rlvr-trainer", '"$SLURM_DIR/trainer.log"')
-                + f" \\\n    {train}")
+        return "\n".join([
+            _NEW_TRAINER_LOG,
+            _srun(layout, 0, layout.trainer_gpus, "rlvr-trainer", '"$SLURM_DIR/trainer.log"')
+            + f" --open-mode=append \\\n    {train}"])
     m, n = layout.learner_nodes, layout.learners_per_node
     if layout.gpus_per_node:
         resources = f'--exact --mem=0 --cpus-per-task="$STEP_CPUS" --gres=gpu:{n}'
@@ -287,7 +313,7 @@ def _trainer_step(layout: JobLayout, sync_host: str) -> str:
         "export MASTER_PORT=$(\"$PYTHON\" -c 'import socket; s = socket.socket(); "
         "s.bind((\"\", 0)); print(s.getsockname()[1])')",
         f'LEARNER_NODES=$(IFS=,; echo "${{NODES[*]:0:{m}}}")',
-        ': > "$SLURM_DIR/trainer.log"',
+        _NEW_TRAINER_LOG,
         f'srun --nodes={m} --ntasks={m * n} --ntasks-per-node={n} --nodelist="$LEARNER_NODES" '
         f"--job-name=rlvr-trainer \\\n    --kill-on-bad-exit=1 {resources} "
         '--output="$SLURM_DIR/trainer.log" --open-mode=append \\',
@@ -311,12 +337,16 @@ def _server_step(server: ServerStep, layout: JobLayout) -> str:
 
 
 # The constant parts of the script: they read only the variables set above them.
+_NEW_TRAINER_LOG = ('(( ${SLURM_RESTART_COUNT:-0} > 0 )) || : > "$SLURM_DIR/trainer.log"  '
+                    "# a requeued job appends")
 _PROLOGUE = r'''
 rm -f "$SLURM_DIR/exit_code"
 mapfile -t NODES < <(scontrol show hostnames "$SLURM_JOB_NODELIST")
 SERVER_PIDS=()
 ADDRS=()
 TRAINER_PID=""
+TRAINER_RC=""  # the trainer step's exit status, once it ended
+REQUEUE=""  # set by SIGUSR1: save, then requeue this job
 
 # The running steps (this job's, named rlvr-*) get SIGTERM in their tasks, so `rlvr serve`
 # stops its engine's process group in its own time (a SIGTERM to srun instead would have Slurm
@@ -343,11 +373,60 @@ stop_steps() {
     wait 2>/dev/null
 }
 
+# SIGUSR1 (Slurm's warning before the time limit, or `scancel --signal=USR1 --batch`): the
+# trainer's step alone gets SIGTERM, so it finishes its step on servers still serving and
+# saves; the job then requeues itself if the trainer stopped on that signal (exit 143) or had
+# not started. A trainer that finished (0) or failed (any other code) is not run again.
+stop_trainer() {
+    local deadline=$((SECONDS + SAVE_WAIT_S)) steps
+    steps=$(squeue -h -s -j "$SLURM_JOB_ID" -o '%i %j' 2>/dev/null |
+            awk '$2 == "rlvr-trainer" {print $1}')
+    if [[ -n $steps ]]; then
+        scancel --signal=TERM $steps 2>/dev/null
+    else
+        kill -TERM "$TRAINER_PID" 2>/dev/null
+    fi
+    while kill -0 "$TRAINER_PID" 2>/dev/null && (( SECONDS < deadline )); do sleep 1; done
+    if kill -0 "$TRAINER_PID" 2>/dev/null; then
+        echo "rlvr: the trainer did not stop within $SAVE_WAIT_S s: the requeued job resumes" \
+             "from the last state saved before" >&2
+    else
+        wait "$TRAINER_PID"
+        TRAINER_RC=$?
+        TRAINER_PID=""
+        echo "rlvr: the trainer exited with status $TRAINER_RC after" \
+             "$((SECONDS - deadline + SAVE_WAIT_S)) s"
+    fi
+}
+requeue_after_save() {
+    [[ -n $TRAINER_PID ]] && stop_trainer
+    if [[ -n $TRAINER_RC && $TRAINER_RC != 143 ]]; then
+        return "$TRAINER_RC"  # finished, or failed: not a run to start again
+    fi
+    stop_steps "${SERVER_PIDS[@]}"
+    SERVER_PIDS=()
+    echo "rlvr: requeueing job $SLURM_JOB_ID (restart $(( ${SLURM_RESTART_COUNT:-0} + 1 ))):" \
+         "the trainer resumes from its saved state when it starts again"
+    rm -f "$SLURM_DIR/exit_code"
+    if scontrol requeue "$SLURM_JOB_ID"; then
+        # The job is queued again: nothing of this instance may touch it (or its next
+        # instance's steps) any more, and no exit code is written.
+        exit 0
+    fi
+    echo "rlvr: scontrol requeue $SLURM_JOB_ID failed (--no-requeue, or the cluster does not" \
+         "requeue): rerun the same command to resume" >&2
+    return 143
+}
+
 # Every way out comes here: the exit code first (a cancelled job has seconds left), then the
 # steps are stopped.
 finish() {
     local rc=$?
-    trap - EXIT TERM INT
+    trap - EXIT TERM INT USR1
+    if [[ -n $REQUEUE ]]; then
+        requeue_after_save
+        rc=$?
+    fi
     echo "$rc" > "$SLURM_DIR/.exit_code.tmp" &&
         mv -f "$SLURM_DIR/.exit_code.tmp" "$SLURM_DIR/exit_code"
     stop_steps $TRAINER_PID "${SERVER_PIDS[@]}"
@@ -357,13 +436,15 @@ finish() {
 trap finish EXIT
 trap 'echo "rlvr: SIGTERM: stopping the steps" >&2; exit 143' TERM
 trap 'echo "rlvr: SIGINT: stopping the steps" >&2; exit 130' INT
+trap 'echo "rlvr: SIGUSR1: Slurm stops this job soon (time limit or preemption): the trainer" \
+          "saves its state, then the job is requeued" >&2; REQUEUE=1; exit 143' USR1
 
 if (( ${#NODES[@]} < NUM_NODES )); then
     echo "rlvr: the allocation has ${#NODES[@]} node(s) ($SLURM_JOB_NODELIST)," \
          "the run needs $NUM_NODES" >&2
     exit 2
 fi
-echo "rlvr: job ${SLURM_JOB_ID:-?} on ${NODES[*]}"
+echo "rlvr: job ${SLURM_JOB_ID:-?} on ${NODES[*]} (restart ${SLURM_RESTART_COUNT:-0})"
 '''
 
 _NODE_ADDRESSES = r'''
@@ -413,7 +494,7 @@ echo "rlvr: ${#ADDRS[@]} inference server(s) healthy after $SECONDS s: $RLVR_LLM
 
 _EPILOGUE = r'''TRAINER_PID=$!
 wait "$TRAINER_PID"
-rc=$?
+TRAINER_RC=$?
 TRAINER_PID=""
-echo "rlvr: the trainer exited with status $rc"
-exit "$rc"'''
+echo "rlvr: the trainer exited with status $TRAINER_RC"
+exit "$TRAINER_RC"'''

@@ -102,6 +102,10 @@ def _usable() -> str | None:
     return None
 
 
+def _no_version() -> str | None:
+    return None
+
+
 def _one_rank(settings: EngineSettings) -> int:
     return 1
 
@@ -140,7 +144,7 @@ class Engine:
     uses_servers: bool = False
     receiving_ranks: Callable[[EngineSettings], int] = _one_rank
     checks: Callable[[Any], list[str]] | None = None
-    version: Callable[[], str | None] = _usable
+    version: Callable[[], str | None] = _no_version
 
 
 ENGINES: Registry[Engine] = Registry("rollout.engine")

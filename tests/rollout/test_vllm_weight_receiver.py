@@ -85,3 +85,13 @@ def test_a_worker_with_the_runs_key_joins_no_store_an_attacker_runs(tmp_path, mo
         with pytest.raises(PlanRefused):
             FakeWorker().init_weight_group("127.0.0.1", store.port, 1, 2, timeout_s=5)
     assert not marker.exists()
+
+
+def test_the_engine_and_the_server_load_the_worker_extension_by_its_real_name():
+    """vLLM imports the extension by a dotted name, given twice (the in-process engine, and the
+    servers' command line, which may not import torch): both must name the class where it is."""
+    from rlvr.rollout.vllm.receiver import WORKER_EXTENSION
+    from rlvr.serving.server import WORKER_EXTENSION as SERVED
+
+    where = f"{WeightReceiverExtension.__module__}.{WeightReceiverExtension.__qualname__}"
+    assert WORKER_EXTENSION == SERVED == where

@@ -41,6 +41,10 @@ from rlvr.types import PackedBatch
 log = logging.getLogger(__name__)
 
 BACKENDS = ("local", "ray", "ranks")
+# A failed rank whose actor Ray reports gone ("ActorDiedError", "ActorUnavailableError"): its
+# node may be lost, which Ray declares after its health checks fail (seconds): wait that long.
+_ACTOR_GONE = ("ActorDiedError", "ActorUnavailableError", "RayActorError")
+_NODE_VERDICT_S = 30.0
 
 
 class LearnerGroupError(RuntimeError):
@@ -243,7 +247,13 @@ class LearnerGroup:
         """`method` on every rank with its arguments; None skips a rank (not for collectives).
         `what` names the call in errors (default: `method`)."""
         if self._actors is not None:
-            return self._actors.call(method, args_per_rank, what)
+            try:
+                return self._actors.call(method, args_per_rank, what)
+            except LearnerGroupError as e:  # a lost node is the likeliest cause: name it first
+                lost = self._ranks_on_dead_nodes(str(e))
+                if not lost:
+                    raise
+                raise LearnerGroupError(f"{lost}\n{e}") from e.__cause__
         if self._ranks is not None:
             try:
                 return self._ranks.call(method, args_per_rank)
@@ -323,6 +333,29 @@ class LearnerGroup:
         log.info("learner ranks on Ray nodes: %s", ", ".join(
             f"{rank}:{node[:8]} ({res['device']}, GPUs {res['gpu_ids'] or 'none'})"
             for rank, (node, res) in enumerate(zip(self.rank_nodes, self.rank_resources))))
+
+    def _ranks_on_dead_nodes(self, error: str) -> str:
+        """"learner rank 1 ran on node ab12cd34ef56 (10.0.0.7), which Ray reports dead" for
+        each rank whose node is gone; "" when none is. A rank Ray could not reach (its actor
+        unavailable or dead) may be on a node Ray has not yet declared dead: its verdict is
+        waited for, `_NODE_VERDICT_S` at most."""
+        import ray
+
+        deadline = time.monotonic() + (_NODE_VERDICT_S if any(
+            kind in error for kind in _ACTOR_GONE) else 0.0)
+        while True:
+            try:
+                nodes = {n["NodeID"]: n for n in ray.nodes()}
+            except Exception:  # noqa: BLE001  no GCS to ask: say nothing more
+                return ""
+            lost = [(rank, node, nodes[node].get("NodeManagerAddress", "?"))
+                    for rank, node in enumerate(self.rank_nodes)
+                    if node in nodes and not nodes[node].get("Alive")]
+            if lost or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        return "; ".join(f"learner rank {rank} ran on node {node[:12]} ({ip}), which Ray "
+                         "reports dead: its node was lost" for rank, node, ip in lost)
 
     def _remove_placement_group(self) -> None:
         if self._placement_group is not None:

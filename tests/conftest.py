@@ -25,7 +25,8 @@ torch.set_num_threads(int(os.environ.get("RLVR_TEST_THREADS", _DEFAULT_THREADS))
 # xdist group -> the fixtures that start that component (a test asking for one, directly or
 # through another fixture, uses it).
 COMPONENT_FIXTURES = {
-    "ray": {"ray_session", "fake_gpu_cluster", "two_nodes", "ray_nodes"},  # a Ray cluster per module
+    # a Ray cluster per module
+    "ray": {"ray_session", "fake_gpu_cluster", "two_nodes", "ray_nodes"},
     "vllm_server": {"vllm_server"},  # `rlvr serve`, once per session (tests/serving)
     "slurm": {"local_slurm"},  # the local Slurm cluster, once per session (tests/launch)
     "ranks": {"two_rank_story"},  # two learner ranks over gloo (tests/checkpoint)

@@ -230,7 +230,7 @@ def test_after_sync_vllm_gives_the_learners_logprobs(tiny_model_dir, tiny_tokeni
     if not vllm_available():
         pytest.skip(f"vLLM is not installed: {INSTALL_HINT}")
     learner = _trained_lora_learner(tiny_model_dir)
-    # As tests/rollout/test_vllm_engine.py starts it: a small KV cache and context.
+    # As tests/rollout/vllm/test_engine.py starts it: a small KV cache and context.
     engine = create_engine("vllm", tiny_model_dir,
                            EngineSettings(engine_options={"vllm": VllmOptions(
                                kv_cache_gb=0.05, max_model_len=256)}),

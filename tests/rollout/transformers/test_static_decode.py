@@ -1,7 +1,7 @@
 """Static decoding (rlvr.rollout.transformers.static_decode) against the dynamic path on the tiny model: the
 same samples where both draw the same random numbers, the cache reused across calls without
 leaking, stop strings and the fallbacks (the logprobs the learner agrees with: in
-test_transformers_engine.py, for both paths)."""
+transformers/test_engine.py, for both paths)."""
 
 import logging
 

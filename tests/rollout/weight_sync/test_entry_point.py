@@ -1,5 +1,5 @@
 """`rlvr.rollout.weight_sync.sync_weights`, the one entry point: which path it takes for which
-learner and engine (the paths themselves are tested in test_weight_sync.py and
+learner and engine (the paths themselves are tested in test_broadcast.py and
 tests/distributed)."""
 
 from __future__ import annotations

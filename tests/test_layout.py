@@ -18,6 +18,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from rlvr.rollout import NOT_ENGINE_SUBPACKAGES  # the rest of rollout/'s subpackages are engines
+
 SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = SRC / "rlvr"
 MAX_LINES = 500
@@ -28,7 +30,6 @@ LONG_FILES_ALLOWED: dict[str, str] = {
 
 # Where vLLM may be named: the engine subpackages (rollout/<engine>/), the serving layer (it runs
 # vLLM servers) and the config (its engine sections).
-NOT_ENGINE_SUBPACKAGES = {"weight_sync"}  # subpackages of rollout/ that hold no engine
 VLLM_HOMES = ("serving/", "config/")
 # Modules outside those homes that still name vLLM, with why.
 VLLM_ALLOWED: dict[str, str] = {

@@ -12,10 +12,10 @@ import pkgutil as _pkgutil
 from rlvr.rollout.base import (ENGINES, Engine, EngineSettings, EngineUnavailable, RolloutEngine,
                                create_engine, engine_record, register_engine)
 
-_NOT_ENGINES = {"weight_sync"}  # subpackages of rollout that hold no engine
+NOT_ENGINE_SUBPACKAGES = {"weight_sync"}  # subpackages of rollout that hold no engine
 
 for _sub in _pkgutil.iter_modules(__path__):
-    if _sub.ispkg and _sub.name not in _NOT_ENGINES:
+    if _sub.ispkg and _sub.name not in NOT_ENGINE_SUBPACKAGES:
         _importlib.import_module(f"{__name__}.{_sub.name}")  # registers its engine
 
 __all__ = ["ENGINES", "Engine", "EngineSettings", "EngineUnavailable", "RolloutEngine",

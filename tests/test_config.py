@@ -6,6 +6,7 @@ import pytest
 
 from rlvr.cli import main
 from rlvr.config import ConfigError, load_config
+from rlvr.run.input_checks import check_registered_names
 
 
 def _write(tmp_path, text):
@@ -56,7 +57,8 @@ def test_wrong_type_names_the_field():
     (["rollout.num_engines=-1"], "rollout.num_engines"),
     (["distributed.launcher=ray", "distributed.data_prep_actor=true"],
      "distributed.data_prep_actor"),
-    (["rollout.tensor_parallel_size=2", "rollout.engine=transformers"], "rollout.engine=vllm"),
+    (["rollout.tensor_parallel_size=2", "rollout.engine=transformers"],
+     "rollout.engine=transformers does not"),
     (["algorithm.kl_estimator=7"], "algorithm.kl_estimator"),
     # Estimator 0's gradient averages to 0: a penalty in name only.
     (["algorithm.beta=0.1", "algorithm.kl_estimator=0"], "algorithm.kl_estimator=0 with"),
@@ -96,8 +98,9 @@ def test_wrong_type_names_the_field():
      "checkpoint.checkpoint_state_dir"),
 ])
 def test_incompatible_settings_name_their_fields(overrides, field):
+    # Checks that ask an engine's record (rlvr.run.input_checks) run at start with the config's
     with pytest.raises(ConfigError, match=re.escape(field)):
-        load_config(None, overrides)
+        check_registered_names(load_config(None, overrides))
 
 
 @pytest.mark.parametrize("state_dir", ["runs/x/state", "runs/x", "runs/x/ckpt", "/elsewhere"])

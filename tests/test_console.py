@@ -45,7 +45,7 @@ def test_lines_are_timestamped_and_configuring_twice_prints_once(logging_state):
     configure_logging("info", stream=out)
     configure_logging("info", stream=out)
     logging.getLogger("rlvr.run.build").info("compute: cpu")
-    assert re.fullmatch(r"\d\d:\d\d:\d\d INFO rlvr\.build: compute: cpu\n", out.getvalue())
+    assert re.fullmatch(r"\d\d:\d\d:\d\d INFO rlvr\.run\.build: compute: cpu\n", out.getvalue())
 
 
 def test_third_party_chatter_is_silenced_unless_debug(logging_state, monkeypatch):

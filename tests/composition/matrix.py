@@ -84,8 +84,10 @@ def overrides_of(row: dict[str, str]) -> list[str]:
 @lru_cache(maxsize=None)
 def pair_refusal(a: Setting, b: Setting) -> str | None:
     """The ConfigError of configs/tiny.yaml with the two settings alone (every other feature at
-    its default), or None when the pair loads."""
+    its default), or None when the pair loads: the config's checks and those that ask the
+    engine's record (`rlvr.run.input_checks`), all run at start before any model loads."""
     from rlvr.config import ConfigError, load_config
+    from rlvr.run.input_checks import check_registered_names
 
     row = dict([a, b])
     for setting in (a, b):
@@ -93,7 +95,7 @@ def pair_refusal(a: Setting, b: Setting) -> str | None:
         if implied is not None and implied[0] not in row:
             row[implied[0]] = implied[1]
     try:
-        load_config([TINY], overrides_of(row))
+        check_registered_names(load_config([TINY], overrides_of(row)))
     except ConfigError as e:
         return str(e)
     return None

@@ -30,27 +30,12 @@ def _check_distributed(errors: list[str], cfg: Config) -> None:
                       "--ntasks-per-node), on at most distributed.slurm.nodes="
                       f"{d.slurm.nodes} nodes")
     r = cfg.rollout
-    if d.launcher == "local" and cfg.world_size > 1 and r.engine == "vllm" \
-            and r.num_engines == 0:
-        # Found by the composition matrix (docs/composition.md): the run hung at the engine.
-        errors.append(f"rollout.engine=vllm runs vLLM in learner rank 0's process, which with "
-                      f"distributed.num_learners_per_node={per_node} under the local launcher "
-                      "already holds the learners' process group: vLLM's start waits on it for "
-                      "ever. Generate on inference servers (rollout.engine=remote, started by "
-                      "the launcher) or engine actors (distributed.launcher=ray), or with "
-                      "rollout.engine=transformers")
     if r.num_engines > 0 and d.launcher != "ray":
         errors.append(f"rollout.num_engines={r.num_engines} starts engine actors, "
                       "which needs distributed.launcher=ray (0 keeps the engine in process)")
     if d.data_prep_actor and (d.launcher != "ray" or r.num_engines < 1):
         errors.append("distributed.data_prep_actor=true feeds engine actors: it needs "
                       "distributed.launcher=ray and rollout.num_engines >= 1")
-    if r.vllm.block_size % 16:
-        errors.append(f"rollout.vllm.block_size={r.vllm.block_size} must be a positive multiple "
-                      "of 16 (of 32 on CPU)")
-    if r.tensor_parallel_size > 1 and r.engine not in ("vllm", "remote", "auto"):
-        errors.append(f"rollout.tensor_parallel_size={r.tensor_parallel_size} needs "
-                      f"rollout.engine=vllm or remote, not {r.engine!r}")
 
 
 def _check_remote(errors: list[str], cfg: Config) -> None:
@@ -91,7 +76,7 @@ def _check_remote(errors: list[str], cfg: Config) -> None:
                           f"each learner needs a GPU, and distributed.slurm.gpus_per_node="
                           f"{s.gpus_per_node}")
         elif r.num_servers > fit:
-            errors.append(f"rollout.num_servers={r.num_servers} servers of rollout.vllm_tensor_"
+            errors.append(f"rollout.num_servers={r.num_servers} servers of rollout.tensor_"
                           f"parallel_size={tp} GPUs do not fit on distributed.slurm.nodes="
                           f"{s.nodes} x gpus_per_node={s.gpus_per_node} (the learners keep one "
                           f"GPU each): {fit} fit")
@@ -102,12 +87,6 @@ def _check_async(errors: list[str], cfg: Config) -> None:
     if r.inflight_updates and r.async_steps == 0:
         errors.append("rollout.inflight_updates needs rollout.async_steps >= 1 (with synchronous "
                       "generation no weights change while generating)")
-    longest = cfg.data.max_prompt_length + cfg.episode_tokens
-    # Servers a launcher starts get the same bound (`rlvr.launch.servers.server_settings`).
-    if r.engine in ("vllm", "remote", "auto") and r.vllm.max_model_len < longest:
-        errors.append(f"rollout.vllm.max_model_len={r.vllm.max_model_len} is below "
-                      f"data.max_prompt_length + the episode's tokens (rollout.response_length"
-                      f", x rollout.max_turns for multi-turn workflows) = {longest}")
 
 
 def _check_rho(errors: list[str], cfg: Config) -> None:
@@ -132,8 +111,6 @@ def _check_gpu_settings(errors: list[str], cfg: Config) -> None:
                       "splits, must fit in a micro-batch")
     if r.colocate:
         why = []
-        if r.engine != "vllm":
-            why.append(f"rollout.engine=vllm (not {r.engine!r}): only vLLM can sleep")
         if r.num_engines != 0:
             why.append(f"rollout.num_engines=0 (not {r.num_engines}): the colocated "
                        "engine lives in the learner's process")
@@ -142,11 +119,6 @@ def _check_gpu_settings(errors: list[str], cfg: Config) -> None:
                        "generate while the learner trains")
         if cfg.distributed.launcher != "local":
             why.append("distributed.launcher=local")
-        if r.vllm.gpu_memory_utilization > 0.7:
-            why.append(f"rollout.vllm.gpu_memory_utilization <= 0.7 (not "
-                       f"{r.vllm.gpu_memory_utilization}): while awake, vLLM's share and the "
-                       "learner's weights, gradients and Adam state (about 16 bytes per "
-                       "parameter in fp32) must fit on the one device together")
         if why:
             errors.append("rollout.colocate=true needs " + "; ".join(why))
 
@@ -266,12 +238,6 @@ def _check_eval(errors: list[str], cfg: Config) -> None:
         errors.append(f"eval.temperature=0 (greedy) with eval.num_samples={ev.num_samples}: "
                       "greedy samples of a prompt are all the same answer; set "
                       "eval.temperature > 0 (e.g. 0.6) or eval.num_samples=1")
-    r = cfg.rollout
-    if r.engine == "vllm" and r.vllm.max_model_len < cfg.data.max_prompt_length + \
-            cfg.eval_response_length:
-        errors.append(f"rollout.vllm.max_model_len={r.vllm.max_model_len} is below "
-                      f"data.max_prompt_length + eval.response_length = "
-                      f"{cfg.data.max_prompt_length + cfg.eval_response_length}")
     for section, sources in (("train", cfg.data.train), ("eval", cfg.data.eval)):
         errors += [f"data.{section}[{i}].label={src.label!r} must be non-empty and hold no '/' "
                    "(it names metrics: eval/<label>/pass@1)"

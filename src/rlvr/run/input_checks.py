@@ -30,15 +30,41 @@ log = logging.getLogger(__name__)
 
 
 def _engine_errors(cfg: Config, engines) -> list[str]:
-    """The named engine's own config checks (`Engine.checks`: settings only it reads). Not for
-    `auto`, whose engine depends on the machine that starts it."""
-    if cfg.rollout.engine == "auto":
-        return []
+    """What the named engine's record says this config asks of it in vain (it cannot span
+    devices, sleep, or start beside the local launcher's ranks), and its own config checks
+    (`Engine.checks`: settings only it reads). For `auto`, the checks of each engine `auto`
+    may take here (an available one); the facts are asked once `auto` is resolved
+    (`rlvr.run.build`), since the engine it takes depends on the machine."""
+    r, d = cfg.rollout, cfg.distributed
+    if r.engine == "auto":
+        sleepers = sorted(e.name for e in engines.values() if e.can_sleep)
+        colocate = ([f"rollout.colocate=true needs an engine named that can sleep while the "
+                     f"learner trains (rollout.engine={' or '.join(sleepers) or 'none'}): "
+                     "rollout.engine=auto may take one that cannot"] if r.colocate else [])
+        return colocate + [e for engine in engines.values()
+                if engine.auto_preference is not None and engine.available() is None
+                and engine.checks is not None for e in engine.checks(cfg)]
     try:
-        checks = engines.lookup(cfg.rollout.engine).checks
+        engine = engines.lookup(r.engine)
     except ValueError:  # an unknown name, reported with the other names
         return []
-    return list(checks(cfg)) if checks is not None else []
+    errors = []
+    if r.tensor_parallel_size > 1 and not engine.tensor_parallel:
+        errors.append(f"rollout.tensor_parallel_size={r.tensor_parallel_size} needs an engine "
+                      f"that spans several devices, which rollout.engine={r.engine} does not")
+    if r.colocate and not engine.can_sleep:
+        errors.append(f"rollout.colocate=true needs an engine that can sleep while the learner "
+                      f"trains, which rollout.engine={r.engine} cannot")
+    if (d.launcher == "local" and cfg.world_size > 1 and r.num_engines == 0
+            and not engine.beside_local_ranks):
+        # Found by the composition matrix (docs/composition.md): the run hung at the engine.
+        errors.append(f"rollout.engine={r.engine} cannot start in learner rank 0's process while "
+                      f"the local launcher's ranks (distributed.num_learners_per_node="
+                      f"{list(d.num_learners_per_node)}) hold its process group: its start "
+                      "would wait on that group for ever. Generate on inference servers "
+                      "(rollout.engine=remote, started by the launcher) or engine actors "
+                      "(distributed.launcher=ray), or with rollout.engine=transformers")
+    return errors + (list(engine.checks(cfg)) if engine.checks is not None else [])
 
 
 def check_registered_names(cfg: Config) -> None:

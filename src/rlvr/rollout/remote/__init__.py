@@ -5,8 +5,11 @@ through `rlvr.rollout.weight_sync.servers`. Importing this package registers the
 
 from rlvr.rollout.base import register_engine
 from rlvr.rollout.remote.engine import create_remote_engine
+from rlvr.rollout.vllm.checks import vllm_section_errors
 
 register_engine("remote",
                 uses_servers=True,  # a launcher starts them unless rollout.server_addresses
                 tensor_parallel=True,  # each server spans its tensor-parallel GPUs
+                # the servers a launcher starts are vLLM's, sized by rollout.vllm
+                checks=vllm_section_errors,
                 )(create_remote_engine)

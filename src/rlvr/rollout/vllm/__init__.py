@@ -28,6 +28,7 @@ import logging as _logging
 from rlvr.console import quiet_library
 from rlvr.rollout.base import EngineSettings, register_engine
 from rlvr.rollout.vllm import engine as _engine
+from rlvr.rollout.vllm.checks import vllm_section_errors
 
 quiet_library("vllm", _logging.WARNING)  # its start-up banner; its warnings are kept
 
@@ -56,4 +57,5 @@ register_engine(
     # Its start waits on the default process group the local launcher's ranks hold.
     beside_local_ranks=False,
     tensor_parallel=True, can_sleep=True, receiving_ranks=_worker_ranks,
+    checks=vllm_section_errors,  # its own section, rollout.vllm
     version=_version)(_engine.create_vllm_engine)

@@ -175,17 +175,18 @@ class EngineGroup:
             self._follow_members()
 
     def _follow_members(self) -> None:
-        members = self._members
-        if members is None or not members.changed or self._actors.failure is not None:
+        if self._members is None or self._actors.failure is not None:
             return
-        self._actors = ActorGroup(members.handles, "engine group", "engine actor",
-                                  EngineGroupError)
-        self.num_engines = len(members.engines)
+        handles = self._members.take_change()
+        if handles is None:
+            return
+        self._actors = ActorGroup(handles, "engine group", "engine actor", EngineGroupError)
+        self.num_engines = len(handles)
         self._endpoint, self._transport = None, None  # a new broadcast group at the next sync
-        members.changed = False
 
-    def _fail_engine(self, position: int, error: str) -> None:
+    def _fail_engine(self, handle: object, error: str) -> None:
         """An engine raised (not died): the whole group fails, as `ActorGroup` has it."""
+        position = next((i for i, h in enumerate(self._actors.live()) if h is handle), -1)
         self._actors.fail("generate", [ActorFailure(position, False, error)])
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]],
@@ -249,6 +250,7 @@ class EngineGroup:
     def receive_while(self, send: Callable[[], None]) -> None:
         """Every engine waits for one push while `send()` makes it; returns once all loaded."""
         endpoint = self.endpoint()
+        handles = self._actors.live()  # positions in `refs` are positions here
         refs = self._actors.submit("receive_weights", [
             (endpoint, 1 + i * self.ranks_per_engine, 1 + self.num_receivers, self.timeout_s)
             for i in range(self.num_engines)])
@@ -258,7 +260,8 @@ class EngineGroup:
             dead = (self._members.dead_among(refs, _SENDER_GRACE_S)
                     if self._members is not None else {})
             if dead:  # engines died mid-push: those left form a new group (the caller retries)
-                self._members.lose(set(dead), "a weight sync", next(iter(dead.values())))
+                self._members.lose([handles[i] for i in dead], "a weight sync",
+                                   next(iter(dead.values())))
                 if not self._members.engines:
                     self._actors.abandon({}, "weight sync", "every engine actor was lost",
                                          grace_s=0)
@@ -272,6 +275,8 @@ class EngineGroup:
                                  grace_s=_SENDER_GRACE_S)
             raise
         self._actors.wait(refs, "weight sync")
+        if self._members is not None:
+            self._members.weights_loaded()
 
 
 def _locate(actors: list, timeout_s: float) -> list:

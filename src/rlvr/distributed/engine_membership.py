@@ -11,7 +11,8 @@ on. `EngineMembership` keeps the live engine actors, each with the node it runs 
 - at a weight-sync point starts new engine actors, up to the configured count, where Ray has
   room (`refill`), so they receive the current weights before they generate.
 Every change of membership means a new weight broadcast group (a torch.distributed group with a
-dead member cannot be reused): `changed` is set, and the group forms a new one at its next sync.
+dead member cannot be reused): `take_change` says so, and the group forms a new one at its next
+sync. New engines generate only once a push has reached them (`weights_loaded`).
 
 Only an actor's death (its process or its node gone: a `RayActorError`) is a loss. An engine
 that raises still fails the whole group (`actor_calls.ActorGroup`), and losing the last engine
@@ -23,19 +24,24 @@ Ray is imported inside the functions.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
 log = logging.getLogger(__name__)
 
-@dataclass
+
+@dataclass(eq=False)  # one actor is one engine: compared by identity
 class EngineActor:
     """One live engine actor and where it runs (for the lost-node warning)."""
 
     handle: Any
     node_id: str
     node_ip: str
+    # False from its start until its first weight push lands: it generates nothing before
+    # (a generation may run beside a sync when rollout.async_steps > 0).
+    has_weights: bool = True
 
     def where(self) -> str:
         return f"node {self.node_id[:12]} ({self.node_ip})"
@@ -53,10 +59,11 @@ def died(error: BaseException) -> bool:
 
 
 class EngineMembership:
-    """The live engines of a group, `target` of them when all is well.
+    """The live engines of a group, `target` of them when all is well. Safe to use from the
+    trainer's thread and a producer thread at once (a lock guards the list).
 
-    `start(n)` starts n new engine actors (not waited for); `locate(handles)` returns each
-    actor's (node id, node IP) once it is ready, raising for one that failed to start."""
+    `start(n)` starts n new engine actors (not waited for); `locate(handles, timeout_s)`
+    returns each actor's (node id, node IP) once it is ready, or the error that kept it."""
 
     def __init__(self, engines: list[EngineActor], target: int,
                  start: Callable[[int], list], locate: Callable[[list, float], list],
@@ -66,58 +73,83 @@ class EngineMembership:
         self.resources_per_engine, self.timeout_s = resources_per_engine, timeout_s
         self.lost_total = 0  # engines lost since the run started
         self.joined_total = 0  # engines started after a loss
-        self.changed = False  # membership moved since the broadcast group formed
+        self._changed = False  # membership moved since the broadcast group formed
+        self._lock = threading.RLock()
 
     @property
     def handles(self) -> list:
-        return [e.handle for e in self.engines]
+        with self._lock:
+            return [e.handle for e in self.engines]
+
+    def take_change(self) -> list | None:
+        """The live handles if the membership moved since the last call, else None."""
+        with self._lock:
+            if not self._changed:
+                return None
+            self._changed = False
+            return [e.handle for e in self.engines]
+
+    def weights_loaded(self) -> None:
+        """A push reached every live engine: the new ones may generate now."""
+        with self._lock:
+            for e in self.engines:
+                e.has_weights = True
 
     def metrics(self) -> dict[str, float]:
-        return {"engines/live": float(len(self.engines)),
-                "engines/lost_total": float(self.lost_total),
-                "engines/joined_total": float(self.joined_total)}
+        with self._lock:
+            return {"engines/live": float(len(self.engines)),
+                    "engines/lost_total": float(self.lost_total),
+                    "engines/joined_total": float(self.joined_total)}
 
     # ---- losing engines ----------------------------------------------------------------------
 
-    def lose(self, positions: set[int], what: str, error: str) -> None:
-        """Drop the engines at `positions` (their actors died during `what`), warning once
-        for each with its node; `no_engine_left` is the caller's to check."""
-        left = len(self.engines) - len(positions)
-        for i in sorted(positions):
-            log.warning("engine actor %d on %s was lost during %s (%s); %s", i,
-                        self.engines[i].where(), what, error.splitlines()[0][:200],
-                        f"{left} engine(s) of {self.target} left, its work is redone on them"
-                        if left else "no engine is left")
-        self.engines = [e for i, e in enumerate(self.engines) if i not in positions]
-        self.lost_total += len(positions)
-        self.changed = True
+    def lose(self, handles: list, what: str, error: str) -> None:
+        """Drop the engines of `handles` (their actors died during `what`), warning once for
+        each with its node; one dropped already (found by another call) is not counted again."""
+        with self._lock:
+            gone = [e for e in self.engines if any(e.handle is h for h in handles)]
+            left = len(self.engines) - len(gone)
+            for i, e in enumerate(self.engines):
+                if e not in gone:
+                    continue
+                log.warning("engine actor %d on %s was lost during %s (%s); %s", i,
+                            e.where(), what,
+                            error.splitlines()[0][:200],
+                            f"{left} engine(s) of {self.target} left, its work is redone on "
+                            "them" if left else "no engine is left")
+            self.engines = [e for e in self.engines if e not in gone]
+            self.lost_total += len(gone)
+            self._changed = self._changed or bool(gone)
 
     def run_shares(self, method: str, shares: list[tuple], what: str,
-                   on_error: Callable[[int, str], None]) -> list[Any]:
-        """`method(*share)` for every share, dealt round-robin over the live engines; a share
-        whose engine died is dealt again over those left, until every share is done. Returns
-        the results in share order. `on_error(position, error)` handles an engine that raised
-        (it fails the group: it must raise). With no engine left, raises `EnginesLost`."""
+                   on_error: Callable[[Any, str], None]) -> list[Any]:
+        """`method(*share)` for every share, dealt round-robin over the live engines that
+        hold the weights; a share whose engine died is dealt again over those left, until
+        every share is done. Returns the results in share order. `on_error(handle, error)`
+        handles an engine that raised (it fails the group: it must raise). With no engine
+        left, raises `EnginesLost`."""
         import ray
 
         results: dict[int, Any] = {}
         while len(results) < len(shares):
-            if not self.engines:
+            with self._lock:
+                pool = [e for e in self.engines if e.has_weights] or list(self.engines)
+            if not pool:
                 raise EnginesLost(f"every engine was lost during {what}")
             todo = [k for k in range(len(shares)) if k not in results]
-            owner = {k: n % len(self.engines) for n, k in enumerate(todo)}
-            refs = {getattr(self.engines[owner[k]].handle, method).remote(*shares[k]): k
-                    for k in todo}
-            dead: dict[int, str] = {}
+            owner = {k: pool[n % len(pool)] for n, k in enumerate(todo)}
+            refs = {getattr(owner[k].handle, method).remote(*shares[k]): k for k in todo}
+            dead: dict[int, str] = {}  # id of the engine -> its error
             for ref, k in refs.items():  # every call ends: a dead actor's raises
                 try:
                     results[k] = ray.get(ref)
                 except Exception as e:  # noqa: BLE001
                     if not died(e):
-                        on_error(owner[k], f"{type(e).__name__}: {e}")
-                    dead.setdefault(owner[k], f"{type(e).__name__}: {e}")
+                        on_error(owner[k].handle, f"{type(e).__name__}: {e}")
+                    dead.setdefault(id(owner[k]), f"{type(e).__name__}: {e}")
             if dead:
-                self.lose(set(dead), what, next(iter(dead.values())))
+                self.lose([e.handle for e in pool if id(e) in dead], what,
+                          next(iter(dead.values())))
         return [results[k] for k in range(len(shares))]
 
     def dead_among(self, refs: dict[int, Any], grace_s: float) -> dict[int, str]:
@@ -140,7 +172,7 @@ class EngineMembership:
         import ray
 
         alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
-        gone = {i for i, e in enumerate(self.engines) if e.node_id not in alive}
+        gone = [e.handle for e in self.engines if e.node_id not in alive]
         if gone:
             self.lose(gone, "a weight sync's check of the nodes", "Ray reports the node dead")
 
@@ -152,7 +184,8 @@ class EngineMembership:
         they receive the current weights before they generate."""
         import ray
 
-        missing = self.target - len(self.engines)
+        with self._lock:
+            missing = self.target - len(self.engines)
         room = _room(ray.available_resources(), self.resources_per_engine)
         count = min(missing, room)
         if count <= 0:
@@ -166,14 +199,15 @@ class EngineMembership:
                             "weight sync", str(place).splitlines()[0][:200])
                 ray.kill(handle, no_restart=True)
                 continue
-            joined.append(EngineActor(handle, *place))
-        for e in joined:
-            log.warning("engine actor %d started on %s in %.1f s (Ray had room again); it "
-                        "receives the current weights before it generates", len(self.engines),
-                        e.where(), time.monotonic() - started)
-            self.engines.append(e)
-        self.joined_total += len(joined)
-        self.changed = self.changed or bool(joined)
+            joined.append(EngineActor(handle, *place, has_weights=False))
+        with self._lock:
+            for e in joined:
+                log.warning("engine actor %d started on %s in %.1f s (Ray had room again); it "
+                            "receives the current weights before it generates",
+                            len(self.engines), e.where(), time.monotonic() - started)
+                self.engines.append(e)
+            self.joined_total += len(joined)
+            self._changed = self._changed or bool(joined)
         return len(joined)
 
 

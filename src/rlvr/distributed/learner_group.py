@@ -41,9 +41,10 @@ from rlvr.types import PackedBatch
 log = logging.getLogger(__name__)
 
 BACKENDS = ("local", "ray", "ranks")
-# A failed rank whose actor Ray reports gone ("ActorDiedError", "ActorUnavailableError"): its
-# node may be lost, which Ray declares after its health checks fail (seconds): wait that long.
-_ACTOR_GONE = ("ActorDiedError", "ActorUnavailableError", "RayActorError")
+# A failed rank whose actor Ray cannot reach: its node may be lost, which Ray declares after its
+# health checks fail (seconds), so its verdict is waited for that long. (An actor that died on a
+# node Ray knows dead says so already; one whose process alone died leaves its node alive.)
+_ACTOR_UNREACHABLE = "ActorUnavailableError"
 _NODE_VERDICT_S = 30.0
 
 
@@ -336,13 +337,13 @@ class LearnerGroup:
 
     def _ranks_on_dead_nodes(self, error: str) -> str:
         """"learner rank 1 ran on node ab12cd34ef56 (10.0.0.7), which Ray reports dead" for
-        each rank whose node is gone; "" when none is. A rank Ray could not reach (its actor
-        unavailable or dead) may be on a node Ray has not yet declared dead: its verdict is
-        waited for, `_NODE_VERDICT_S` at most."""
+        each rank whose node is gone; "" when none is. A rank Ray could not reach may be on a
+        node Ray has not yet declared dead: its verdict is waited for, `_NODE_VERDICT_S` (and
+        the collective timeout) at most."""
         import ray
 
-        deadline = time.monotonic() + (_NODE_VERDICT_S if any(
-            kind in error for kind in _ACTOR_GONE) else 0.0)
+        wait_s = min(_NODE_VERDICT_S, self.spec.timeout_s)  # never past a collective's bound
+        deadline = time.monotonic() + (wait_s if _ACTOR_UNREACHABLE in error else 0.0)
         while True:
             try:
                 nodes = {n["NodeID"]: n for n in ray.nodes()}

@@ -1,7 +1,8 @@
 """The driver's handle on N engine actors, with the `RolloutEngine` surface the trainer uses.
 
-`generate` cuts the prompts into N contiguous shares, one per engine, and joins the answers in
-prompt order. Weights reach the engines by a torch.distributed broadcast
+`generate` cuts the prompts into N contiguous shares, one per engine started (each with its own
+seed), and joins the answers in prompt order; while engines are lost the shares are dealt over
+those left. Weights reach the engines by a torch.distributed broadcast
 (`rlvr.rollout.weight_sync`, whose `sync_weights` picks the sender), from
 one of two senders:
 - learner rank 0 after gathering the shards (`receive_while`, driven by `GroupLearner`), so full
@@ -214,7 +215,8 @@ class EngineGroup:
             try:
                 return sync()
             except EnginesLost as e:
-                log.warning("%s; pushing again to the %d left", e, self.num_engines)
+                # The loss itself was warned of, naming the node: this is the follow-up.
+                log.info("%s; pushing again to the %d left", e, self.num_engines)
         self.refresh_members()
         sync()
 

@@ -115,3 +115,11 @@ def test_the_script_asks_for_requeue_and_the_time_limit_signal():
 def test_a_grace_slurm_cannot_take_is_refused():
     with pytest.raises(ConfigError, match=r"signal_grace_s=70000 must be in \[0, 65535\]"):
         _cfg("distributed.slurm.signal_grace_s=70000")
+
+
+def test_a_job_squeue_forgot_is_named_by_the_state_scontrol_still_shows(no_slurm_env):
+    """squeue without `-t all` hid a NODE_FAIL job at once (seen on Slurm 22.05): the state
+    then comes from `scontrol show job`."""
+    with pytest.raises(SlurmJobFailed, match="^Slurm job 7 ended in state NODE_FAIL") as e:
+        submit_and_wait(_cfg(), poll_s=0.01, commands=ScriptedSlurm(["RUNNING"]))
+    assert e.value.exit_code == 10

@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -84,9 +85,10 @@ class SlurmCommands:
         return out.stdout.strip().split(";")[0]  # "id" or "id;cluster"
 
     def state(self, job_id: str) -> str | None:
-        """The job's state; None once Slurm no longer knows it (ended and purged)."""
-        out = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True,
-                             text=True, timeout=60)
+        """The job's state; None once Slurm no longer knows it (ended and purged). `-t all`:
+        without it squeue hides a job that ended (NODE_FAIL, PREEMPTED, ...) at once."""
+        out = subprocess.run(["squeue", "-h", "-j", job_id, "-t", "all", "-o", "%T"],
+                             capture_output=True, text=True, timeout=60)
         if out.returncode != 0:
             if "Invalid job id" in out.stderr:
                 return None
@@ -309,9 +311,13 @@ def _checked(job: SlurmJob, commands: SlurmCommands | None) -> SlurmJob:
     logs = f"logs: {job.files.trainer_log}, {job.files.job_log}, {job.files.dir}/server_*.log"
     if job.exit_code is None:
         shown = commands.show_job(job.job_id) if commands and job.job_id else ""
-        if job.state in SLURM_ENDED:
+        state = job.state
+        if state not in SLURM_ENDED:  # squeue forgot it: the controller may still know
+            found = re.search(r"JobState=(\w+)", shown)
+            state = found.group(1) if found else state
+        if state in SLURM_ENDED:
             raise SlurmJobFailed(
-                f"{what} ended in state {job.state}: {SLURM_ENDED[job.state]} and the job was "
+                f"{what} ended in state {state}: {SLURM_ENDED[state]} and the job was "
                 f"not requeued; rerun the same command to resume from the last training state "
                 f"saved in {job.output_dir} (distributed.slurm.requeue=true requeues it by "
                 f"itself); {logs}" + (f"\nscontrol show job {job.job_id}:\n{shown}" if shown

@@ -194,14 +194,20 @@ def shared_gpus_message(identities: list[str]) -> str | None:
             f"but NCCL needs one GPU per rank. {ONE_GPU_PER_RANK_FIX}")
 
 
-def check_one_gpu_per_rank(device: Device, world_size: int) -> None:
+def check_one_gpu_per_rank(device: Device, world_size: int,
+                           timeout_s: float | None = None) -> None:
     """DeviceUnavailable if this process's GPU is also another learner rank's. A collective:
     every rank of the default process group calls it, after joining and before any NCCL
     collective (NCCL would fail at its first one, "Duplicate GPU detected", after the model
-    loaded). The names travel over a gloo group of their own, which needs no GPU."""
+    loaded). The names travel over a gloo group of their own, which needs no GPU, bounded by
+    `timeout_s` (`distributed.collective_timeout_s`; None: torch's default for a new group,
+    30 minutes, not the world's)."""
+    import datetime
+
     import torch.distributed as dist
 
-    group = dist.new_group(backend="gloo")
+    timeout = None if timeout_s is None else datetime.timedelta(seconds=timeout_s)
+    group = dist.new_group(backend="gloo", timeout=timeout)
     identities: list[Any] = [None] * world_size
     try:
         dist.all_gather_object(identities, gpu_identity(device), group=group)

@@ -127,3 +127,32 @@ def test_a_learner_rank_that_hangs_in_a_call_is_named_on_the_first_line():
                      f"timeout_s): rank 1 on {socket.gethostname()} did not answer"), message
     assert seconds < WITHIN_S + _ERROR_GRACE_S  # rank 0 also waits for the ranks' reports
     print(f"detected in {seconds:.1f} s")
+
+
+# ---- the GPU-per-rank check's own group (GPU only; its gloo group tested here on CPU) ----
+
+def _gpu_check_without_rank_1(rank: int, port: int, results) -> None:
+    import rlvr.device as device_module
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=2, timeout=datetime.timedelta(seconds=TIMEOUT_S))
+    if rank == 1:  # never comes to the check
+        time.sleep(3 * WITHIN_S)
+        return
+    device_module.gpu_identity = lambda device: "host-a/GPU-0"  # no GPU here
+    start = time.monotonic()
+    try:
+        device_module.check_one_gpu_per_rank(None, 2, timeout_s=TIMEOUT_S)
+        results.put(("no error", time.monotonic() - start))
+    except RuntimeError as e:
+        results.put((f"timeout: {is_timeout(e)}", time.monotonic() - start))
+
+
+@pytest.mark.timeout(120)
+def test_the_gpu_per_rank_checks_group_takes_the_collective_timeout():
+    """Its gloo group took torch's default for a new group (30 minutes), not the world's."""
+    results = multiprocessing.get_context("spawn").Queue()
+    port = _free_port()
+    procs = _spawn(_gpu_check_without_rank_1, [(r, port, results) for r in range(2)])
+    message, seconds = _result(results, procs)
+    assert message == "timeout: True" and seconds < WITHIN_S, (message, seconds)

@@ -113,7 +113,8 @@ class LearnerWorker:
                 self.rank, self.world_size, init_method, self.device.backend,
                 timeout_s=spec.timeout_s)
         if self.world.is_distributed and self.device.type == "cuda":
-            check_one_gpu_per_rank(self.device, self.world_size)  # before NCCL's first collective
+            # before NCCL's first collective; bounded as every collective of the ranks
+            check_one_gpu_per_rank(self.device, self.world_size, self.world.timeout_s)
         # The driver ran the load-time model checks on this directory and dtype (rlvr.run.build).
         policy = load_causal_lm(spec.model_dir, spec.dtype, spec.attn_implementation)
         if spec.lora is not None:  # every rank alike (seeded init), before sharding

@@ -133,8 +133,19 @@ def test_an_engine_node_lost_and_rejoined_the_run_goes_on(tmp_path, ray_nodes, c
                                                           monkeypatch):
     """Engines on two nodes of one CPU each; after step 1 one engine node is killed, and once the
     loss is recorded a fresh node joins. Every step trains; the records show the loss and the
-    engine taken back; one warning names the lost node."""
+    engine taken back; one warning names the lost node. The lost work was redone with its own
+    seeds: every record but the engines' counts and the times is an undisturbed run's."""
     cluster, out, nodes, times = ray_nodes, tmp_path / "run", [], {}
+    reference = tmp_path / "reference"
+    try:
+        _add_learner_node(cluster, nodes)
+        thread, box = _train_in_thread(_cfg(reference, 8), monkeypatch)
+        _learner_then_engines(cluster, [1, 1], nodes)
+        thread.join(timeout=600)
+        assert "error" not in box, repr(box.get("error"))
+    finally:
+        _remove_nodes(cluster, nodes)
+    nodes = []
     caplog.set_level(logging.WARNING, logger="rlvr.distributed")
     _add_learner_node(cluster, nodes)
     thread, box = _train_in_thread(_cfg(out, 8), monkeypatch)
@@ -162,6 +173,11 @@ def test_an_engine_node_lost_and_rejoined_the_run_goes_on(tmp_path, ray_nodes, c
     assert len(lost) == 1 and "node " in lost[0].getMessage(), [r.getMessage() for r in lost]
     joined = [r for r in caplog.records if "started on node" in r.getMessage()]
     assert len(joined) == 1
+
+    def undisturbed(rows: list[dict]) -> list[dict]:
+        return [{k: v for k, v in r.items() if not k.startswith("engines/")} for r in rows]
+
+    assert undisturbed(run_metrics(out)) == undisturbed(run_metrics(reference))
     print(f"\nengine node lost: detected {lost[0].created - times['removed']:.1f} s after the "
           f"node was killed ({lost[0].getMessage()}); an engine back "
           f"{joined[0].created - times['added']:.1f} s after a node joined; run finished "

@@ -47,3 +47,22 @@ def test_the_last_engine_lost_says_none_is_left(caplog):
 ])
 def test_engines_start_only_where_ray_has_room(free, per_engine, fits):
     assert _room(free, per_engine) == fits
+
+
+def test_an_engine_that_fails_to_start_is_not_tried_again_at_every_sync(monkeypatch):
+    """Room Ray counts but cannot give may cost the group's timeout per try: after a failed
+    start, none for a while. A start that works joins, to receive the weights first."""
+    ray = pytest.importorskip("ray", exc_type=ImportError)
+    monkeypatch.setattr(ray, "available_resources", lambda: {"CPU": 4.0})
+    monkeypatch.setattr(ray, "kill", lambda handle, no_restart: None)
+    starts, places = [], [RuntimeError("did not start")]
+    members = _members(2)
+    members.lose(members.handles[1:], "generation", "ActorDiedError: gone")
+    members._start = lambda n: starts.append(n) or [object() for _ in range(n)]
+    members._locate = lambda handles, timeout_s: [places.pop(0)]
+    assert members.refill() == 0 and members.refill() == 0 and starts == [1]
+    members._retry_after = 0.0  # the wait is over
+    places.append(("node2" + "0" * 20, "10.0.0.2"))
+    assert members.refill() == 1 and starts == [1, 1]
+    assert not members.engines[-1].has_weights
+    assert members.metrics()["engines/joined_total"] == 1.0

@@ -31,6 +31,9 @@ from typing import Any, Callable
 
 log = logging.getLogger(__name__)
 
+# After an engine failed to start, no start is tried for this many of the group's timeouts.
+_RETRY_AFTER_TIMEOUTS = 5
+
 
 @dataclass(eq=False)  # one actor is one engine: compared by identity
 class EngineActor:
@@ -74,6 +77,7 @@ class EngineMembership:
         self.lost_total = 0  # engines lost since the run started
         self.joined_total = 0  # engines started after a loss
         self._changed = False  # membership moved since the broadcast group formed
+        self._retry_after = 0.0  # monotonic time before which no start is tried again
         self._lock = threading.RLock()
 
     @property
@@ -186,8 +190,9 @@ class EngineMembership:
 
         with self._lock:
             missing = self.target - len(self.engines)
-        room = _room(ray.available_resources(), self.resources_per_engine)
-        count = min(missing, room)
+        if missing <= 0 or time.monotonic() < self._retry_after:
+            return 0
+        count = min(missing, _room(ray.available_resources(), self.resources_per_engine))
         if count <= 0:
             return 0
         started = time.monotonic()
@@ -195,8 +200,12 @@ class EngineMembership:
         joined = []
         for handle, place in zip(handles, self._locate(handles, self.timeout_s)):
             if isinstance(place, Exception):
-                log.warning("a new engine actor did not start (%s); trying again at the next "
-                            "weight sync", str(place).splitlines()[0][:200])
+                # Each try may wait out the timeout (room Ray counted but could not give): not
+                # at every step.
+                self._retry_after = time.monotonic() + _RETRY_AFTER_TIMEOUTS * self.timeout_s
+                log.warning("a new engine actor did not start (%s); trying again in %.0f s",
+                            str(place).splitlines()[0][:200],
+                            _RETRY_AFTER_TIMEOUTS * self.timeout_s)
                 ray.kill(handle, no_restart=True)
                 continue
             joined.append(EngineActor(handle, *place, has_weights=False))

@@ -18,7 +18,7 @@ PAGE = ROOT / "docs" / "reference" / "config.md"
 
 def test_every_schema_field_carries_a_comment():
     # The reference prints the comment as the field's description: a field added without one
-    # would appear undocumented. Add a `#` comment on or above it in src/rlvr/config/schema.py.
+    # would appear undocumented. Add a `#` comment on or above it in src/rlvr/config/schema/.
     assert reference.missing_comments() == []
 
 

@@ -12,7 +12,7 @@ import torch
 
 from rlvr.checkpoint.state import load_latest_state
 from rlvr.cli import main
-from rlvr.rollout import transformers_engine
+from rlvr.rollout.transformers import engine as transformers_engine
 
 TINY = ["configs/tiny.yaml", "rollout.response_length=8", "algorithm.filter_zero_std_samples=false",
         "logging.progress_bar=false", "rewards.num_workers=0"]

@@ -18,7 +18,7 @@ from safetensors.torch import load_file
 from rlvr.checkpoint.state import load_latest_state
 from rlvr.cli import main
 from rlvr.run.errors import EngineUnavailable
-from rlvr.rollout import transformers_engine
+from rlvr.rollout.transformers import engine as transformers_engine
 from tests.test_run_faults import _verifier_rows
 
 TINY = ["configs/tiny.yaml", "experiment.total_episodes=96", "rollout.response_length=8",

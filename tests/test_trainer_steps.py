@@ -181,7 +181,8 @@ def test_a_signal_after_a_skipped_update_does_not_claim_that_steps_state_was_sav
     monkeypatch.setattr("rlvr.run.loop.save_state", lambda *a, **k: saved.append(a))
     run = SimpleNamespace(cfg=_cfg(tmp_path, "experiment.total_episodes=64"), started=0.0,
                           logger=SimpleNamespace(log=lambda step, metrics: None), history=[],
-                          failed_verification_steps=0, state_dir=tmp_path / "state")
+                          failed_verification_steps=0, state_dir=tmp_path / "state",
+                          engine=None)
     stop = StopOnSignal()
     stop.signum = signal.SIGTERM  # as its handler sets it
     with pytest.raises(TrainingInterrupted, match="after step 2; its update was skipped.*no "

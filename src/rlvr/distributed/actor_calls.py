@@ -135,6 +135,10 @@ class ActorGroup:
         failures = self._collect(refs, grace_s, running_failed=False) if refs else []
         if failures:
             self._fail(what, failures)
+        waiting = self._still_running(refs)
+        if waiting:  # alive but not done: the peers the joint call waited on (a hung receiver)
+            reason += (f"; {self.member} {', '.join(map(str, waiting))} had not finished its "
+                       f"part of the {what}")
         self.failure = reason
         log.error("%s; stopping the %s", reason, self.name)
         self.kill()
@@ -170,6 +174,17 @@ class ActorGroup:
         """Fail the group with `failures` a caller found itself (calls it made outside
         `submit`, as `engine_membership` deals a generation's shares)."""
         self._fail(what, failures)
+
+    @staticmethod
+    def _still_running(refs: Refs) -> list[int]:
+        """Positions of the actors whose call in `refs` has not returned yet."""
+        import ray
+
+        if not refs:
+            return []
+        ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=0)
+        done = set(ready)
+        return [i for i, ref in refs.items() if ref not in done]
 
     def _collect(self, refs: Refs, grace_s: float, running_failed: bool) -> list[ActorFailure]:
         """Each failed actor's error, after waiting up to `grace_s` for the calls still

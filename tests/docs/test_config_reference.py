@@ -30,7 +30,7 @@ def test_the_committed_page_is_the_one_the_schema_gives_now():
 def _paths(section: type, prefix: str = "") -> list[str]:
     out = []
     for name, hint in typing.get_type_hints(section).items():
-        inner, in_list = reference._unwrap(hint)
+        inner, in_list = reference.unwrap_hint(hint)
         out.append(prefix + name)
         if dataclasses.is_dataclass(inner):
             out += _paths(inner, f"{prefix}{name}[]." if in_list else f"{prefix}{name}.")

@@ -18,19 +18,23 @@ from rlvr.config.fields import CHOICES_KEY, RANGE_KEY, Range, fits_a_float
 from rlvr.config.schema import Config
 
 
-def declared(section: type, key: str, prefix: str = "") -> dict[str, Any]:
-    """path -> the metadata `key` of every field under the dataclass `section` that has it,
-    walked by type (sections that are null or empty lists by default count too)."""
+def schema_leaves(section: type, prefix: str = "") -> Iterator[tuple[str, Any, Any]]:
+    """(RANGES/CHOICES path, dataclass field, its type inside Optional/list) of every field
+    under the dataclass `section` that is not a section itself, walked by type, so sections
+    that are null or empty lists by default count too."""
     hints = typing.get_type_hints(section)
-    out: dict[str, Any] = {}
     for f in dataclasses.fields(section):
         path = f"{prefix}{f.name}"
-        inner, in_list = _unwrap(hints[f.name])
+        inner, in_list = unwrap_hint(hints[f.name])
         if dataclasses.is_dataclass(inner):
-            out.update(declared(inner, key, f"{path}[]." if in_list else f"{path}."))
-        elif key in f.metadata:
-            out[path] = f.metadata[key]
-    return out
+            yield from schema_leaves(inner, f"{path}[]." if in_list else f"{path}.")
+        else:
+            yield path, f, inner
+
+
+def declared(section: type, key: str) -> dict[str, Any]:
+    """path -> the metadata `key` of every field under `section` that has it."""
+    return {path: f.metadata[key] for path, f, _ in schema_leaves(section) if key in f.metadata}
 
 
 def choice_errors(cfg: Any) -> list[str]:
@@ -88,22 +92,13 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def numeric_fields(section: type, prefix: str = "") -> list[str]:
+def numeric_fields(section: type) -> list[str]:
     """The RANGES key of every numeric field of the schema under the dataclass `section`
-    (int or float, optional or in a list; bool is no number), walked by type, so sections that
-    are null or empty lists by default count too."""
-    out = []
-    for name, hint in typing.get_type_hints(section).items():
-        path = f"{prefix}{name}"
-        inner, in_list = _unwrap(hint)
-        if dataclasses.is_dataclass(inner):
-            out += numeric_fields(inner, f"{path}[]." if in_list else f"{path}.")
-        elif inner in (int, float):
-            out.append(path)
-    return out
+    (int or float, optional or in a list; bool is no number)."""
+    return [path for path, _, inner in schema_leaves(section) if inner in (int, float)]
 
 
-def _unwrap(hint: Any) -> tuple[Any, bool]:
+def unwrap_hint(hint: Any) -> tuple[Any, bool]:
     """The type inside Optional[...] and list[...], and whether a list was unwrapped."""
     in_list = False
     while True:

@@ -119,3 +119,16 @@ def local_slurm():
         yield host
     finally:
         subprocess.run([str(stop)], capture_output=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    """One Ray session per test module (starting Ray costs 3-10 s); a module skips without Ray.
+    4 logical CPUs on any machine: 2 learners and an engine actor must fit (they share cores)."""
+    ray = pytest.importorskip("ray", reason="Ray is not importable (pip install 'ray==2.60.*')",
+                              exc_type=ImportError)
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    ray.init(num_cpus=4, include_dashboard=False, object_store_memory=128 * 2**20,
+             log_to_driver=False)
+    yield ray
+    ray.shutdown()

@@ -56,6 +56,13 @@ def _spawn(target, args_per_rank: list[tuple]) -> list:
     return procs
 
 
+def _ranks_0_and_1(target) -> tuple[str, float]:
+    """`target(rank, port, results)` in two processes; the first (message, seconds) reported."""
+    results = multiprocessing.get_context("spawn").Queue()
+    port = _free_port()
+    return _result(results, _spawn(target, [(r, port, results) for r in range(2)]))
+
+
 def _result(results, procs) -> tuple[str, float]:
     try:
         return results.get(timeout=WITHIN_S + 60)  # the children's start is not timed
@@ -67,10 +74,7 @@ def _result(results, procs) -> tuple[str, float]:
 
 @pytest.mark.timeout(120)
 def test_an_all_reduce_a_rank_never_joins_fails_in_time_naming_that_rank():
-    results = multiprocessing.get_context("spawn").Queue()
-    port = _free_port()
-    procs = _spawn(_all_reduce_without_rank_1, [(r, port, results) for r in range(2)])
-    message, seconds = _result(results, procs)
+    message, seconds = _ranks_0_and_1(_all_reduce_without_rank_1)
     assert message == ("the all-reduce timed out after 2 s (distributed.collective_timeout_s): "
                        "rank 1 on host-b did not answer")
     assert seconds < WITHIN_S
@@ -151,8 +155,5 @@ def _gpu_check_without_rank_1(rank: int, port: int, results) -> None:
 @pytest.mark.timeout(120)
 def test_the_gpu_per_rank_checks_group_takes_the_collective_timeout():
     """Its gloo group took torch's default for a new group (30 minutes), not the world's."""
-    results = multiprocessing.get_context("spawn").Queue()
-    port = _free_port()
-    procs = _spawn(_gpu_check_without_rank_1, [(r, port, results) for r in range(2)])
-    message, seconds = _result(results, procs)
+    message, seconds = _ranks_0_and_1(_gpu_check_without_rank_1)
     assert message == "timeout: True" and seconds < WITHIN_S, (message, seconds)

@@ -16,7 +16,9 @@ from rlvr.cli import main
 from rlvr.config import load_config
 from rlvr.run.errors import EngineLost
 from rlvr.run.loop import train
-from tests.serving.fake_server import running_servers
+from tests.certain_reward import REMAP
+from tests.kill_and_resume import metrics, same_final_weights
+from tests.serving.fake_server import FakeServer, running_servers
 
 RUN = ["model.name_or_path=tiny-llama", "rollout.engine=transformers",
        "rollout.num_unique_prompts_rollout=4", "rollout.num_samples_per_prompt_rollout=4",
@@ -81,15 +83,19 @@ def servers():
 
 
 def _remote(tmp_path, servers, steps=5):
+    return load_config(None, _remote_overrides(tmp_path, servers, steps))
+
+
+def _remote_overrides(tmp_path, servers, steps=5) -> list[str]:
     # The fake servers sample random tokens with made-up logprobs, which the mismatch gate
     # (rlvr.run.health) rightly stops in two steps: off, so the fault each test injects is the stop.
     addresses = "[" + ",".join(s.address for s in servers) + "]"
-    return load_config(None, [
+    return [
         *RUN, "rollout.engine=remote", f"rollout.server_addresses={addresses}",
         "health.enabled=false",
         f"experiment.total_episodes={16 * steps}", f"experiment.output_dir={tmp_path}",
         "algorithm.filter_zero_std_samples=false", "checkpoint.checkpoint_state_freq=1",
-        "rollout.server_request_timeout_s=0.5", "rollout.server_max_retries=1"])
+        "rollout.server_request_timeout_s=0.5", "rollout.server_max_retries=1"]
 
 
 def _after(server, requests: int, fault):
@@ -131,6 +137,38 @@ def test_a_server_answering_garbage_saves_the_state_and_stops_as_engine_lost(tmp
     assert "unreadable generate answer" in str(lost.value)
     assert "training state of step 2" in str(lost.value)
     assert _saved_steps(tmp_path)[-1] == "step_000002"
+
+
+def _aborting(server: FakeServer, body: dict):
+    """The answer a vLLM server gives every request in flight when it is stopped: 200, each
+    sample "abort" with the tokens made so far."""
+    server.abort_generate = 1
+    return FakeServer.generate(server, body)
+
+
+def test_samples_a_server_aborted_are_never_trained_on_and_a_rerun_resumes_exactly(tmp_path):
+    """Issue 53: a Slurm requeue stops the trainer and the servers at once, and a stopping vLLM
+    answers "abort" to what it was generating. Those samples, cut short, were trained on as
+    finished ("stop") and the step saved as the last good state, so the resumed run departed
+    from an uninterrupted one. Here the servers abort everything from step 3 on (staying up, so
+    the old code trained on it every step): the run stops at step 3 with step 2's state, and
+    the same command with servers back resumes to the uninterrupted run's metrics and weights."""
+    def run(out, faulty: bool = False):
+        with running_servers(2, vocab=250, tokens=6) as servers:
+            if faulty:
+                for s in servers:
+                    _after(s, 4, lambda body, s=s: _aborting(s, body))  # 4 a step: step 3
+            train(load_config(None, [*_remote_overrides(out, servers), REMAP,
+                                     "checkpoint.save_final=true"]))
+
+    run(tmp_path / "straight")
+    with pytest.raises(EngineLost) as lost:
+        run(tmp_path / "run", faulty=True)
+    assert "unfinished" in str(lost.value) and "'abort'" in str(lost.value)
+    assert "training state of step 2" in str(lost.value)
+    run(tmp_path / "run")  # other servers: rollout.server_addresses may differ on a rerun
+    assert metrics(tmp_path / "run") == metrics(tmp_path / "straight")
+    assert same_final_weights(tmp_path / "run", tmp_path / "straight")
 
 
 def test_engine_lost_is_exit_4_in_one_line(tmp_path, servers, capsys):

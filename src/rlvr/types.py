@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import torch
 
 FinishReason = Literal["stop", "length"]
+# The only ends a sample may have: an engine's other reasons ("abort": a server stopping, or a
+# request dropped) mean the sample was cut short, and every engine refuses it.
+FINISH_REASONS: tuple[str, ...] = get_args(FinishReason)
 
 
 @dataclass(frozen=True)

@@ -161,7 +161,9 @@ def _body(content, **choice):
                                     **choice}]}).encode()
 
 
-@pytest.mark.parametrize("finish", ["length", "content_filter"])
+# "abort": vLLM's answer, with the text so far, to a request in flight when it is stopped;
+# "tool_calls": no verdict of its own either (issue 53).
+@pytest.mark.parametrize("finish", ["length", "content_filter", "abort", "tool_calls"])
 def test_an_endpoint_reply_that_did_not_finish_is_an_error(finish):
     reply = _reply_text(_body("Quoting the answer:\nScore: 10", finish_reason=finish))
     assert reply.text is None and "did not finish" in reply.error
@@ -169,7 +171,8 @@ def test_an_endpoint_reply_that_did_not_finish_is_an_error(finish):
     assert judged.score == 0.0 and "did not finish" in judged.error and not judged.timed_out
 
 
-@pytest.mark.parametrize("choice", [{"finish_reason": "stop"}, {}])  # some servers omit it
+@pytest.mark.parametrize("choice", [{"finish_reason": "stop"}, {},  # some servers omit it
+                                    {"finish_reason": "eos_token"}])  # TGI's
 def test_an_endpoint_reply_that_finished_is_read(choice):
     assert _reply_text(_body("Wrong.\nScore: 0", **choice)) == JudgeReply(text="Wrong.\nScore: 0")
 

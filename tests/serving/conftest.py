@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
 
@@ -41,7 +42,11 @@ class VLLMRun(NamedTuple):
 
 @pytest.fixture(scope="session")
 def vllm_run(tmp_path_factory) -> VLLMRun:
-    output_dir = tmp_path_factory.mktemp("vllm_run")
+    return new_vllm_run(tmp_path_factory.mktemp("vllm_run"))
+
+
+def new_vllm_run(output_dir: Path) -> VLLMRun:
+    """A run directory with a fresh key in `server.key` (0600), as a launcher makes one."""
     key = secrets.token_urlsafe(32)
     fd = os.open(output_dir / "server.key", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     os.write(fd, key.encode())
@@ -55,11 +60,19 @@ def vllm_server(tiny_model_dir, tmp_path_factory, vllm_run):
     loaded; a test that loads others must leave it as it found it (`restore_tiny_weights`)."""
     if not vllm_available():
         pytest.skip(f"vLLM is not installed: {INSTALL_HINT}")
-    log = tmp_path_factory.mktemp("vllm_server") / "server.log"
+    with rlvr_serve(tiny_model_dir, vllm_run,
+                    tmp_path_factory.mktemp("vllm_server") / "server.log") as started:
+        yield started
+
+
+@contextmanager
+def rlvr_serve(model_dir: str, run: VLLMRun, log: Path):
+    """`rlvr serve MODEL` for `run`, in a process group of its own: (address, process), and
+    stopped after (SIGTERM, then SIGKILL to the group) unless the caller stopped it."""
     env = {k: v for k, v in os.environ.items() if k != KEY_ENV}
-    env[KEY_FILE_ENV] = str(vllm_run.key_file)  # the key in a file, not on the command line
-    cmd = [sys.executable, "-m", "rlvr.cli", "serve", tiny_model_dir,
-           f"experiment.output_dir={vllm_run.output_dir}",
+    env[KEY_FILE_ENV] = str(run.key_file)  # the key in a file, not on the command line
+    cmd = [sys.executable, "-m", "rlvr.cli", "serve", model_dir,
+           f"experiment.output_dir={run.output_dir}",
            "rollout.vllm.kv_cache_gb=0.05", "rollout.vllm.max_model_len=1024",
            # fp32 weights: the tests hold its logprobs to the learner's at fp32 tolerances, and
            # `rlvr serve` runs in its own process, out of reach of conftest's bf16 pin.

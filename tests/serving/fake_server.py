@@ -12,9 +12,9 @@ environment, which a launcher sets): every route then answers 401 to a request n
 it, stale or replayed (`rlvr.serving.signing.RequestVerifier`, the door's own check), and signs
 every answer to a signed request (`sign_response`), except the health challenge, which it
 answers with the door's own proof (`rlvr.serving.guard.health_challenge`, `proof_headers`;
-bound to `name=`, or as a process `RLVR_SERVER_NAME`, its own "host:port" by default), and `/collective_rpc` takes only rlvr's methods
-(`rlvr.serving.guard.RPC_METHODS`).
-"""
+bound to `name=`, or as a process `RLVR_SERVER_NAME`, its own "host:port" by default), and
+`/collective_rpc` takes only rlvr's methods (`rlvr.serving.guard.RPC_METHODS`). It can answer
+"abort" as a stopping vLLM server does (`abort_generate`, `stop_on_abort`)."""
 
 from __future__ import annotations
 
@@ -60,6 +60,10 @@ class FakeServer:
         self.fail_reload = False
         self.delay_s = 0.0  # per generate request
         self.die_after: int | None = None  # stop answering after this many generate requests
+        # Answer this many generate requests as a vLLM server that is stopping does: 200, each
+        # sample "abort" with the tokens made so far; `stop_on_abort`: then stop, as it does.
+        self.abort_generate = 0
+        self.stop_on_abort = False
         self.paused = False
         self.reloaded: list[str] = []  # directories reloaded from (their files checked)
         self.reloaded_names: list[list[str]] = []
@@ -109,16 +113,24 @@ class FakeServer:
             if self.fail_generate > 0:
                 self.fail_generate -= 1
                 return 500, {"error": "injected failure"}
+            aborting = self.abort_generate > 0
+            if aborting:
+                self.abort_generate -= 1
+                if self.stop_on_abort:
+                    threading.Thread(target=self.stop, daemon=True).start()
         if self.delay_s:
             time.sleep(self.delay_s)
         rng = random.Random(sp.get("seed", sum(body["token_ids"])))
         n_tokens = min(self.tokens, sp["max_tokens"])
+        if aborting:
+            n_tokens = n_tokens // 2  # cut short where the server stopped
         choices = []
         for k in range(sp["n"]):
             ids = [rng.randrange(3, self.vocab) for _ in range(n_tokens)]
             choices.append({
                 "index": k, "token_ids": ids, "text": " ".join(map(str, ids)),
-                "finish_reason": "length" if n_tokens == sp["max_tokens"] else "stop",
+                "finish_reason": ("abort" if aborting else
+                                  "length" if n_tokens == sp["max_tokens"] else "stop"),
                 "weight_versions": [{"version": self.version, "start": 0, "end": n_tokens}],
                 "logprobs": {"content": [{"token": str(t), "logprob": -1.0} for t in ids]}})
         return 200, {"choices": choices}

@@ -423,9 +423,11 @@ class OpenAIJudge:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
-# Finish reasons of a reply the server stopped before the judge did: no verdict. Any other
-# ("stop", or none: some servers omit it) lets the reply be read.
-_UNFINISHED = ("length", "content_filter")
+# Finish reasons of a reply the judge ended itself: only these let the reply be read ("stop",
+# TGI's "eos_token" and "stop_sequence", or none: some servers omit it). Any other is a reply
+# the server stopped first, no verdict: "length", "content_filter", and "abort", which a
+# stopping server answers, with the text so far, for every request in flight.
+_FINISHED = (None, "stop", "eos_token", "stop_sequence")
 
 
 def _reply_text(raw: bytes) -> JudgeReply:
@@ -439,7 +441,7 @@ def _reply_text(raw: bytes) -> JudgeReply:
     except (ValueError, KeyError, IndexError, TypeError) as e:
         return JudgeReply(error=f"malformed response ({type(e).__name__}: {e}): "
                                 f"{raw[:_SHOWN_CHARS].decode('utf-8', 'replace')!r}")
-    if choice.get("finish_reason") in _UNFINISHED:
+    if choice.get("finish_reason") not in _FINISHED:
         return unfinished_reply(choice["finish_reason"], text)
     return JudgeReply(text=text)
 

@@ -32,7 +32,7 @@ from rlvr.serving.auth import KEY_ENV, KEY_FILE_ENV
 from rlvr.serving.server import is_healthy, server_name
 from rlvr.serving.signing import (ANSWER_SIGNATURE_HEADER, NONCE_HEADER, response_signed,
                                   sign_request)
-from rlvr.types import Completion, SamplingParams
+from rlvr.types import FINISH_REASONS, Completion, FinishReason, SamplingParams
 
 _NEEDS_KEY = (f"the server wants requests signed with the run's key: {KEY_ENV} or "
               f"{KEY_FILE_ENV} in the trainer's environment, or the run's "
@@ -89,6 +89,23 @@ def parse_version(label: str | None) -> int:
         return 0
 
 
+class UnfinishedAnswer(ValueError):
+    """A sample answered with an end other than "stop" or "length": vLLM answers "abort", with
+    the tokens sampled so far, for every request in flight when its server stops (SIGTERM,
+    a preemption, a requeue) or an operator aborts them. Taken as finished, such a sample would
+    be scored and trained on cut short."""
+
+
+def finish_reason(choice: dict[str, Any]) -> FinishReason:
+    """The choice's end as rlvr's `FinishReason` (none given: "stop", as vLLM's own answers
+    default it); `UnfinishedAnswer` for any other."""
+    reason = choice.get("finish_reason") or "stop"
+    if reason not in FINISH_REASONS:
+        raise UnfinishedAnswer(f"finish_reason {reason!r} after {len(choice.get('token_ids', []))}"
+                               " tokens")
+    return reason
+
+
 def completion_from_choice(choice: dict[str, Any]) -> Completion:
     """One choice of a `/inference/v1/generate` answer (output mode "text") as a `Completion`:
     each token's version from the answer's weight-version spans."""
@@ -104,7 +121,7 @@ def completion_from_choice(choice: dict[str, Any]) -> Completion:
     uniform = len(set(versions)) <= 1
     return Completion(
         token_ids_T=token_ids, logprobs_T=[float(c["logprob"]) for c in content],
-        finish_reason="length" if choice.get("finish_reason") == "length" else "stop",
+        finish_reason=finish_reason(choice),
         text=choice.get("text") or "", model_version=min(versions, default=0),
         versions_T=None if uniform else versions)
 
@@ -159,6 +176,10 @@ class ServerClient:
         try:
             choices = sorted(r.json()["choices"], key=lambda c: c["index"])
             return [completion_from_choice(c) for c in choices]
+        except UnfinishedAnswer as e:  # retryable: elsewhere, or here once it is back
+            raise ServerError(self.address, f"generate answered a sample unfinished ({e}; a "
+                                            "stopping server aborts what it was generating): "
+                                            "none of the request's samples is used") from e
         except (KeyError, TypeError, ValueError) as e:
             raise ServerError(self.address, f"unreadable generate answer ({e})") from e
 

@@ -14,7 +14,7 @@ from rlvr.run.errors import EngineUnavailable
 from rlvr.rollout.base import EngineSettings
 from rlvr.rollout.remote.engine import RemoteEngine, server_addresses
 from rlvr.rollout.seeds import derive_seed
-from rlvr.serving.client import ServerError, completion_from_choice
+from rlvr.serving.client import ServerError, UnfinishedAnswer, completion_from_choice
 from rlvr.types import SamplingParams
 from tests.serving.fake_server import running_servers
 
@@ -94,6 +94,42 @@ def test_no_server_left_raises_naming_every_address(servers, tmp_path):
     finally:
         engine.close()
     assert all(s.address in str(err.value) for s in servers)
+
+
+def test_a_sample_a_server_aborted_is_never_taken_as_finished(servers, tmp_path):
+    """vLLM answers 200 with finish_reason "abort" and the tokens made so far for every request
+    in flight when it stops (SIGTERM: a requeue or preemption stops every job step at once).
+    Taken as "stop", those samples were scored and trained on cut short (issue 53: a resumed
+    run that departed from the uninterrupted one). The request goes elsewhere instead."""
+    servers[0].abort_generate = 100  # stays healthy: retried elsewhere, not dropped
+    engine = _engine(servers, tmp_path)
+    try:
+        groups = engine.generate([[1, 5]] * 6, PARAMS)
+    finally:
+        engine.close()
+    assert len(servers[0].posted("/inference/v1/generate")) > 0  # it was asked, and aborted
+    assert all(len(c.token_ids_T) == 4 and c.finish_reason == "length" for g in groups
+               for c in g)
+
+
+def test_a_stopping_server_that_aborts_is_dropped_not_trained_on(servers, tmp_path):
+    server = servers[0]
+    server.abort_generate, server.stop_on_abort = 1, True
+    engine = _engine([server], tmp_path)
+    try:
+        with pytest.raises(EngineUnavailable, match="unfinished.*'abort' after 2 tokens"):
+            engine.generate([[1, 5]], PARAMS)
+    finally:
+        engine.close()
+
+
+def test_an_aborted_choice_is_refused_by_name():
+    choice = {"index": 0, "token_ids": [5, 6], "finish_reason": "abort", "text": "",
+              "logprobs": {"content": [{"logprob": -0.5}] * 2}}
+    with pytest.raises(UnfinishedAnswer, match="'abort' after 2 tokens"):
+        completion_from_choice(choice)
+    del choice["finish_reason"]  # vLLM's own default for a missing reason
+    assert completion_from_choice(choice).finish_reason == "stop"
 
 
 def test_servers_not_answering_at_start_are_named(tmp_path):

@@ -155,3 +155,19 @@ def test_both_engines_report_logprobs_over_the_top_p_nucleus(engine, tiny_model,
     logits = torch.log(torch.tensor([[0.6, 0.3, 0.1]]))
     tok, logp = sample_tokens(logits, 1.0, 0.5, torch.Generator().manual_seed(0))
     assert int(tok) == 0 and float(logp) == pytest.approx(0.0, abs=1e-6)
+
+
+def test_a_sample_vllm_aborted_is_refused_not_taken_as_stopped():
+    """vLLM ends every request in flight with finish_reason "abort" when it stops or sleeps
+    under them; such a sample is cut short and must never be scored as finished."""
+    from types import SimpleNamespace
+
+    from rlvr.rollout.vllm.engine import VLLMEngine
+
+    out = SimpleNamespace(token_ids=[5, 6], text="", finish_reason="abort",
+                          logprobs=[{5: SimpleNamespace(logprob=-0.1)},
+                                    {6: SimpleNamespace(logprob=-0.2)}])
+    with pytest.raises(RuntimeError, match="unfinished.*'abort' after 2 tokens"):
+        VLLMEngine._completion(out, version=0)
+    out.finish_reason = "length"
+    assert VLLMEngine._completion(out, version=0).finish_reason == "length"

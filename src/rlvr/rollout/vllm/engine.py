@@ -35,7 +35,7 @@ from rlvr.rollout.vllm.placement import VLLMPlacement, vllm_placement
 from rlvr.rollout.vllm.receiver import WORKER_EXTENSION
 from rlvr.rollout.weight_sync.tied import with_tied_head
 from rlvr.rollout.vllm.options import vllm_options
-from rlvr.types import Completion, SamplingParams
+from rlvr.types import FINISH_REASONS, Completion, SamplingParams
 
 log = logging.getLogger(__name__)
 
@@ -175,8 +175,11 @@ class VLLMEngine:
     def _completion(out, version: int) -> Completion:
         token_ids = list(out.token_ids)
         logprobs = [float(step[tok].logprob) for step, tok in zip(out.logprobs, token_ids)]
-        return Completion(token_ids_T=token_ids, logprobs_T=logprobs,
-                          finish_reason="length" if out.finish_reason == "length" else "stop",
+        reason = out.finish_reason or "stop"
+        if reason not in FINISH_REASONS:  # "abort": the engine stopped, or slept, under it
+            raise RuntimeError(f"vLLM answered a sample unfinished (finish_reason {reason!r} "
+                               f"after {len(token_ids)} tokens); it is not trained on")
+        return Completion(token_ids_T=token_ids, logprobs_T=logprobs, finish_reason=reason,
                           text=out.text, model_version=version)
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]],

@@ -167,6 +167,10 @@ def test_scontrol_requeue_of_a_running_job_resumes_exactly(straight, tmp_path):
     # Inexact once in three runs before: vLLM answers every request in flight when its engine
     # gets the signal "abort" with the tokens made so far, and those cut-short samples were
     # trained on as finished (tests/serving/test_server_stopping.py); now they are refused.
+    # Should it depart again, the trainer's own lines say which path its stop took.
+    trainer_log = (out / "slurm" / "trainer.log").read_text(errors="replace")
+    print("trainer:", *[line for line in trainer_log.splitlines()
+                        if " INFO " not in line and " WARNING " not in line], sep="\n  ")
     _assert_resumed_exactly(out, straight)
 
 

@@ -115,8 +115,12 @@ class ActorGroup:
                     results[index_of[ref]] = ray.get(ref)
                 except Exception:  # noqa: BLE001 - reported with every other actor's error
                     peers = self.peers_timeout_s is not None
-                    self._fail(what, self._collect(refs, _PEER_ERROR_GRACE_S if peers else 0.0,
-                                                   running_failed=peers))
+                    failures, running = self._collect(
+                        refs, _PEER_ERROR_GRACE_S if peers else 0.0)
+                    if peers:  # a collective's peers wait for the failed one forever
+                        failures += [ActorFailure(i, False, "still running when the group was "
+                                                            "stopped") for i in running]
+                    self._fail(what, failures)
             if self.peers_timeout_s is not None and not peers_started:  # the first finished
                 peers_started = True
                 peers_deadline = time.monotonic() + self.peers_timeout_s
@@ -132,10 +136,9 @@ class ActorGroup:
         better (its death may be why this process failed), so if one comes within `grace_s`
         raise `error_type` with it; otherwise record `reason` and return, for the caller to
         re-raise its own error."""
-        failures = self._collect(refs, grace_s, running_failed=False) if refs else []
+        failures, waiting = self._collect(refs, grace_s) if refs else ([], [])
         if failures:
             self._fail(what, failures)
-        waiting = self._still_running(refs)
         if waiting:  # alive but not done: the peers the joint call waited on (a hung receiver)
             reason += (f"; {self.member} {', '.join(map(str, waiting))} had not finished its "
                        f"part of the {what}")
@@ -175,35 +178,22 @@ class ActorGroup:
         `submit`, as `engine_membership` deals a generation's shares)."""
         self._fail(what, failures)
 
-    @staticmethod
-    def _still_running(refs: Refs) -> list[int]:
-        """Positions of the actors whose call in `refs` has not returned yet."""
-        import ray
-
-        if not refs:
-            return []
-        ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=0)
-        done = set(ready)
-        return [i for i, ref in refs.items() if ref not in done]
-
-    def _collect(self, refs: Refs, grace_s: float, running_failed: bool) -> list[ActorFailure]:
-        """Each failed actor's error, after waiting up to `grace_s` for the calls still
-        running; those still running then count as failed only if `running_failed`."""
+    def _collect(self, refs: Refs, grace_s: float) -> tuple[list[ActorFailure], list[int]]:
+        """After waiting up to `grace_s` for the calls still running: each failed actor's
+        error, and the positions of the actors whose call is still running."""
         import ray
 
         ray.wait(list(refs.values()), num_returns=len(refs), timeout=grace_s)
-        failures = []
+        failures, running = [], []
         for i, ref in refs.items():
             try:
                 ray.get(ref, timeout=0)
             except ray.exceptions.GetTimeoutError:
-                if running_failed:
-                    failures.append(ActorFailure(i, False,
-                                                 "still running when the group was stopped"))
+                running.append(i)
             except Exception as e:  # noqa: BLE001
                 died = isinstance(e, ray.exceptions.RayActorError)
                 failures.append(ActorFailure(i, died, f"{type(e).__name__}: {e}"))
-        return failures
+        return failures, running
 
     def _fail(self, what: str, failures: list[ActorFailure],
               timed_out: bool = False) -> NoReturn:

@@ -11,6 +11,7 @@ import secrets
 import signal
 import subprocess
 import sys
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -104,3 +105,39 @@ def _wait_for_address(proc: subprocess.Popen, log) -> str:
         if found:
             return found.group(1)
     raise RuntimeError("rlvr serve printed no address")
+
+
+@pytest.fixture
+def ignore_eos(monkeypatch):
+    """Every sample the engine asks a server for runs to its max_tokens (vLLM's ignore_eos):
+    long enough for a test to act while it is in flight."""
+    import rlvr.serving.client as client
+
+    body = client.generate_body
+    monkeypatch.setattr(client, "generate_body", lambda *a: {**body(*a), "sampling_params": {
+        **body(*a)["sampling_params"], "ignore_eos": True}})
+
+
+def wait_until_running(address: str, key: str, worker: threading.Thread,
+                       timeout_s: float = 60.0) -> bool:
+    """Until the server reports a request running (its Prometheus gauge), so what the test
+    does next (a weight update, a stop) really lands while the request is in flight, however
+    slow the machine; False if the request that `worker` sends finished first."""
+    import httpx
+
+    from rlvr.serving.client import SignedRequests
+    from rlvr.serving.server import server_name
+
+    deadline = time.monotonic() + timeout_s
+    text = ""
+    while time.monotonic() < deadline:
+        text = httpx.get(f"{address}/metrics", timeout=5, trust_env=False,
+                         auth=SignedRequests(key, server_name(address))).text
+        running = re.search(r"^vllm:num_requests_running\{[^}]*\} ([0-9.]+)", text, re.M)
+        if running and float(running.group(1)) >= 1:
+            return True
+        if not worker.is_alive():
+            return False
+        time.sleep(0.05)
+    gauges = re.findall(r"^vllm:num_requests_\w+\{[^}]*\} [0-9.]+", text, re.M)
+    raise AssertionError(f"the long request never showed as running: {gauges}")

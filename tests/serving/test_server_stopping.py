@@ -19,6 +19,7 @@ import signal
 import threading
 import time
 
+import psutil
 import pytest
 
 from rlvr.rollout.base import EngineSettings
@@ -26,8 +27,8 @@ from rlvr.rollout.remote.engine import RemoteEngine
 from rlvr.rollout.vllm.engine import INSTALL_HINT, vllm_available
 from rlvr.run.errors import EngineUnavailable
 from rlvr.types import SamplingParams
-from tests.serving.conftest import new_vllm_run, rlvr_serve
-from tests.serving.test_vllm_server import PROMPTS, _wait_until_running
+from tests.serving.conftest import new_vllm_run, rlvr_serve, wait_until_running
+from tests.serving.test_vllm_server import PROMPTS
 
 pytestmark = [pytest.mark.skipif(not vllm_available(),
                                  reason=f"vLLM is not installed: {INSTALL_HINT}"),
@@ -36,30 +37,14 @@ pytestmark = [pytest.mark.skipif(not vllm_available(),
 
 def _engine_core(root: int) -> int:
     """The pid of vLLM's engine core process under `root` (rlvr serve > vllm serve > core)."""
-    parents = {}
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            stat = open(f"/proc/{pid}/stat").read()
-        except OSError:  # gone meanwhile
-            continue
-        name, rest = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:]
-        parents[int(pid)] = (int(rest.split()[1]), name)
-    under, found = {root}, True
-    while found:
-        found = {p for p, (ppid, _) in parents.items() if ppid in under and p not in under}
-        under |= found
-    cores = [p for p in under if parents.get(p, (0, ""))[1].startswith("VLLM::EngineCor")]
-    assert len(cores) == 1, {p: parents.get(p) for p in under}
+    under = psutil.Process(root).children(recursive=True)
+    cores = [p.pid for p in under if p.name().startswith("VLLM::EngineCor")]
+    assert len(cores) == 1, [(p.pid, p.name()) for p in under]
     return cores[0]
 
 
 def test_samples_in_flight_when_the_server_stops_are_never_trained_on(tiny_model_dir, tmp_path,
-                                                                      monkeypatch):
-    import rlvr.serving.client as client
-
-    body = client.generate_body
-    monkeypatch.setattr(client, "generate_body", lambda *a: {**body(*a), "sampling_params": {
-        **body(*a)["sampling_params"], "ignore_eos": True}})  # every sample still running
+                                                                      ignore_eos):
     run = new_vllm_run(tmp_path)
     with rlvr_serve(tiny_model_dir, run, tmp_path / "server.log") as (address, proc):
         engine = RemoteEngine([address], EngineSettings(
@@ -77,7 +62,7 @@ def test_samples_in_flight_when_the_server_stops_are_never_trained_on(tiny_model
         worker = threading.Thread(target=generate)
         worker.start()
         try:
-            assert _wait_until_running(address, run.key, worker), "finished before the stop"
+            assert wait_until_running(address, run.key, worker), "finished before the stop"
             time.sleep(0.5)  # some tokens made: what vLLM gives back as "abort"
             os.kill(_engine_core(proc.pid), signal.SIGTERM)
             worker.join(timeout=120)

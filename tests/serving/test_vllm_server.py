@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 
 import pytest
 import torch
@@ -19,6 +18,7 @@ from rlvr.rollout.base import EngineSettings
 from rlvr.rollout.remote.engine import RemoteEngine
 from rlvr.serving.client import ServerClient
 from rlvr.types import SamplingParams
+from tests.serving.conftest import wait_until_running
 
 PROMPTS = [[1, 90, 91, 92, 2, 1, 70], [1, 80, 81, 2, 1, 70, 71, 72, 73]]
 TOLERANCE = 1e-4
@@ -88,15 +88,10 @@ def test_after_an_update_the_server_samples_from_the_new_weights(mode, engine_fo
 
 @pytest.mark.parametrize("inflight", [False, True])
 def test_a_request_in_flight_keeps_the_version_it_started_with(inflight, engine_for, tiny_model,
-                                                              vllm_run, monkeypatch):
+                                                              vllm_run, ignore_eos):
     """`wait` pauses let it finish on the old weights (every token version 0); in-flight
     (`keep`) updates continue it on the new ones, and its tokens say which version sampled
     each: the sample's version is its oldest token's."""
-    import rlvr.serving.client as client
-
-    body = client.generate_body
-    monkeypatch.setattr(client, "generate_body", lambda *a: {**body(*a), "sampling_params": {
-        **body(*a)["sampling_params"], "ignore_eos": True}})  # long enough to be caught
     engine = engine_for(inflight_updates=inflight)
     long = SamplingParams(n=1, temperature=1.0, max_tokens=1000, seed=3)
     # On a fast machine a request can still finish before the update pauses the server; such
@@ -110,7 +105,7 @@ def test_a_request_in_flight_keeps_the_version_it_started_with(inflight, engine_
 
         worker = threading.Thread(target=generate_long)
         worker.start()
-        if not _wait_until_running(engine.live_addresses()[0], vllm_run.key, worker):
+        if not wait_until_running(engine.live_addresses()[0], vllm_run.key, worker):
             continue  # finished before it was ever seen running: the attempt shows nothing
         engine.update_weights(_perturbed(tiny_model, 5).state_dict().items(), version=version + 1)
         worker.join(timeout=120)
@@ -124,30 +119,3 @@ def test_a_request_in_flight_keeps_the_version_it_started_with(inflight, engine_
             assert c.versions_T[0] == version - 1 and c.versions_T[-1] == version
             return
     pytest.fail("no in-flight request ever saw the update land")
-
-
-def _wait_until_running(address: str, key: str, worker: threading.Thread,
-                        timeout_s: float = 60.0) -> bool:
-    """Until the server reports a request running (its Prometheus gauge), so the update below
-    really lands while the request is in flight, however slow the machine; False if the
-    request finished first."""
-    import re
-
-    import httpx
-
-    from rlvr.serving.client import SignedRequests
-    from rlvr.serving.server import server_name
-
-    deadline = time.monotonic() + timeout_s
-    text = ""
-    while time.monotonic() < deadline:
-        text = httpx.get(f"{address}/metrics", timeout=5, trust_env=False,
-                         auth=SignedRequests(key, server_name(address))).text
-        running = re.search(r"^vllm:num_requests_running\{[^}]*\} ([0-9.]+)", text, re.M)
-        if running and float(running.group(1)) >= 1:
-            return True
-        if not worker.is_alive():
-            return False
-        time.sleep(0.05)
-    gauges = re.findall(r"^vllm:num_requests_\w+\{[^}]*\} [0-9.]+", text, re.M)
-    raise AssertionError(f"the long request never showed as running: {gauges}")
